@@ -1,0 +1,171 @@
+"""Node and group settings: defaults (DESIGN §7), TOML loading, validation."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .errors import ConfigError
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+MAX_BODY_BYTES = 4 * MiB
+INDEX_UNIT_BYTES = 32
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """How one store lays out and syncs its files."""
+
+    data_segment_bytes: int = 1 * GiB
+    index_segment_bytes: int = INDEX_UNIT_BYTES * 5_242_880
+    flush: Literal["sync", "async"] = "sync"
+    flush_interval_ms: int = 10
+    checkpoint_interval_ms: int = 3000
+    disk_clean_ratio: float = 0.85
+    disk_full_ratio: float = 0.90
+    file_reserved_hours: float = 72.0
+    max_body_bytes: int = MAX_BODY_BYTES
+
+    def __post_init__(self) -> None:
+        if self.flush not in ("sync", "async"):
+            raise ConfigError(f"flush must be 'sync' or 'async', not {self.flush!r}")
+        if self.index_segment_bytes <= 0 or self.index_segment_bytes % INDEX_UNIT_BYTES:
+            raise ConfigError(f"index_segment_bytes must be a positive multiple of {INDEX_UNIT_BYTES}")
+        # The largest entry (header + max body) plus a blank record must fit in one data segment.
+        if self.data_segment_bytes < self.max_body_bytes + 48 + 8:
+            raise ConfigError(
+                f"data_segment_bytes ({self.data_segment_bytes}) must hold the largest entry "
+                f"({self.max_body_bytes} + 56 bytes)"
+            )
+        if not 0 < self.disk_clean_ratio <= self.disk_full_ratio <= 1:
+            raise ConfigError("need 0 < disk_clean_ratio <= disk_full_ratio <= 1")
+        if self.flush_interval_ms <= 0 or self.checkpoint_interval_ms <= 0:
+            raise ConfigError("flush_interval_ms and checkpoint_interval_ms must be positive")
+        if not 0 <= self.max_body_bytes <= MAX_BODY_BYTES:
+            raise ConfigError(f"max_body_bytes must be in 0..{MAX_BODY_BYTES}")
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    """Timing and limits of one Raft group (DESIGN §3, §7)."""
+
+    # 100 ms heartbeats and 5 missed ones: a dead leader is noticed in 0.5-1 s, while a loop
+    # stalled by a burst of fsyncs (tens of ms) never looks dead.
+    heartbeat_interval_ms: int = 100
+    max_heartbeat_leak: int = 5
+    election_backoff_ms: int = 300
+    max_pending_requests: int = 10_000
+    max_wait_ack_ms: int = 2500
+    max_push_timeout_ms: int = 1000
+    max_inflight_pushes: int = 64
+    push_batch_bytes: int = 1 * MiB
+    push_batch_entries: int = 4096
+    max_transfer_lag: int = 1000
+    transfer_timeout_ms: int = 1000
+    preferred_leader: str | None = None
+    pre_vote: bool = True
+    check_quorum: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("heartbeat_interval_ms", "max_heartbeat_leak", "max_pending_requests",
+                     "max_wait_ack_ms", "max_push_timeout_ms", "max_inflight_pushes",
+                     "push_batch_bytes", "push_batch_entries", "transfer_timeout_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive")
+        if self.election_backoff_ms < 0 or self.max_transfer_lag < 0:
+            raise ConfigError("election_backoff_ms and max_transfer_lag must not be negative")
+
+    @property
+    def election_timeout_ms(self) -> int:
+        return self.heartbeat_interval_ms * self.max_heartbeat_leak
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """One replication group hosted by a node: its name, members and settings."""
+
+    name: str
+    peers: dict[str, str]  # node id -> "host:port"
+    raft: RaftConfig = field(default_factory=RaftConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name or self.name.startswith("."):
+            raise ConfigError(f"invalid group name {self.name!r}")
+        if not self.peers:
+            raise ConfigError(f"group {self.name!r} has no peers")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """One node process: its id, listen address, data directory and groups."""
+
+    node_id: str
+    data_dir: Path
+    groups: tuple[GroupConfig, ...]
+    cluster: str = "quorumlog"
+    listen: str = "127.0.0.1:9000"
+    admin_listen: str | None = None
+    secret: str | None = None
+    max_frame_bytes: int = 16 * MiB
+
+    def __post_init__(self) -> None:
+        if not self.node_id:
+            raise ConfigError("node id is empty")
+        for g in self.groups:
+            if self.node_id not in g.peers:
+                raise ConfigError(f"node {self.node_id!r} is not a peer of group {g.name!r}")
+
+
+def _sub(cls: type, values: dict[str, Any], where: str) -> Any:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(values) - known
+    if unknown:
+        raise ConfigError(f"unknown setting(s) in {where}: {', '.join(sorted(unknown))}")
+    try:
+        return cls(**values)
+    except TypeError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def parse_peers(text: str) -> dict[str, str]:
+    """Parse 'n0=127.0.0.1:9000,n1=127.0.0.1:9001' into {id: address}."""
+    peers: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        node, sep, addr = part.partition("=")
+        if not sep or not node or ":" not in addr:
+            raise ConfigError(f"bad peer {part!r}: expected id=host:port")
+        peers[node] = addr
+    if not peers:
+        raise ConfigError("no peers given")
+    return peers
+
+
+def load_node_config(path: str | Path) -> NodeConfig:
+    """Load a node's TOML file: top-level node settings, [raft] and [store] defaults, [[group]] tables."""
+    try:
+        doc = tomllib.loads(Path(path).read_text())
+    except OSError as e:
+        raise ConfigError(f"cannot read config {path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config {path} is not valid TOML: {e}") from None
+    raft_defaults = doc.pop("raft", {})
+    store_defaults = doc.pop("store", {})
+    groups = []
+    for g in doc.pop("group", []):
+        raft = _sub(RaftConfig, {**raft_defaults, **g.pop("raft", {})}, "[raft]")
+        store = _sub(StoreConfig, {**store_defaults, **g.pop("store", {})}, "[store]")
+        peers = g.pop("peers", None)
+        if isinstance(peers, str):
+            peers = parse_peers(peers)
+        groups.append(_sub(GroupConfig, {**g, "peers": peers or {}, "raft": raft, "store": store}, "[[group]]"))
+    if "id" in doc:
+        doc["node_id"] = doc.pop("id")
+    doc["data_dir"] = Path(doc.get("data_dir", "data"))
+    return _sub(NodeConfig, {**doc, "groups": tuple(groups)}, "the node settings")  # type: ignore[no-any-return]

@@ -1,0 +1,112 @@
+"""Response codes (DLedger's numbers, on the wire) and the exception hierarchy."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ResponseCode(IntEnum):
+    """Wire response codes; the numbers are DLedger's so tools and logs read alike."""
+
+    UNKNOWN = -1
+    SUCCESS = 200
+    TIMEOUT = 300
+    METADATA_ERROR = 301
+    NETWORK_ERROR = 302
+    UNSUPPORTED = 303
+    UNKNOWN_GROUP = 400
+    UNKNOWN_MEMBER = 401
+    UNEXPECTED_MEMBER = 402
+    EXPIRED_TERM = 403
+    NOT_LEADER = 404
+    NOT_FOLLOWER = 405
+    INCONSISTENT_STATE = 406
+    INCONSISTENT_TERM = 407
+    INCONSISTENT_INDEX = 408
+    INCONSISTENT_LEADER = 409
+    INDEX_OUT_OF_RANGE = 410
+    UNEXPECTED_ARGUMENT = 411
+    REPEATED_REQUEST = 412
+    REPEATED_PUSH = 413
+    DISK_ERROR = 414
+    DISK_FULL = 415
+    TERM_NOT_READY = 416
+    FALL_BEHIND_TOO_MUCH = 417
+    TAKE_LEADERSHIP_FAILED = 418
+    INDEX_LESS_THAN_LOCAL_BEGIN = 419
+    REQUEST_WITH_EMPTY_BODYS = 420
+    PUSH_REQUEST_IS_FULL = 421
+    INTERNAL_ERROR = 500
+    TERM_CHANGED = 501
+    WAIT_QUORUM_ACK_TIMEOUT = 502
+    LEADER_PENDING_FULL = 503
+    ILLEGAL_MEMBER_STATE = 504
+    LEADER_NOT_READY = 505
+    LEADER_TRANSFERRING = 506
+    # Primary/backup mode (RocketMQ's names).
+    FLUSH_SLAVE_TIMEOUT = 600
+    SLAVE_NOT_AVAILABLE = 601
+
+
+class QuorumLogError(Exception):
+    """Base of every quorumlog error; `code` is the matching wire response code."""
+
+    code: ResponseCode = ResponseCode.INTERNAL_ERROR
+
+    def __init__(self, message: str = "", code: ResponseCode | None = None) -> None:
+        super().__init__(message or self.__class__.__name__)
+        if code is not None:
+            self.code = code
+
+
+class StoreError(QuorumLogError):
+    """A store operation could not be carried out."""
+
+
+class CorruptEntryError(StoreError):
+    """Bytes that do not decode as a valid entry (bad magic, size, CRC, chain, index or position)."""
+
+    code = ResponseCode.INCONSISTENT_STATE
+
+
+class CorruptCommittedError(StoreError):
+    """Corruption at or below the committed index: never dropped, the node must re-fetch the range.
+
+    `first_bad_index` is the first index that could not be read back intact.
+    """
+
+    code = ResponseCode.DISK_ERROR
+
+    def __init__(self, message: str, first_bad_index: int) -> None:
+        super().__init__(message)
+        self.first_bad_index = first_bad_index
+
+
+class DiskError(StoreError):
+    """A write or sync failed. The store is failed-stop: after a failed fsync the page cache is untrusted."""
+
+    code = ResponseCode.DISK_ERROR
+
+
+class DiskFullError(StoreError):
+    """Disk use is past disk_full_ratio; appends are refused until space returns."""
+
+    code = ResponseCode.DISK_FULL
+
+
+class IndexOutOfRangeError(StoreError):
+    """The index is outside [begin_index, end_index]."""
+
+    code = ResponseCode.INDEX_OUT_OF_RANGE
+
+
+class InvalidArgumentError(QuorumLogError):
+    """A caller passed something the operation cannot take (e.g. a body over the maximum)."""
+
+    code = ResponseCode.UNEXPECTED_ARGUMENT
+
+
+class ConfigError(QuorumLogError):
+    """A configuration value is missing or invalid."""
+
+    code = ResponseCode.UNEXPECTED_ARGUMENT
