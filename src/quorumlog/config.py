@@ -168,4 +168,4 @@ def load_node_config(path: str | Path) -> NodeConfig:
     if "id" in doc:
         doc["node_id"] = doc.pop("id")
     doc["data_dir"] = Path(doc.get("data_dir", "data"))
-    return _sub(NodeConfig, {**doc, "groups": tuple(groups)}, "the node settings")  # type: ignore[no-any-return]
+    return _sub(NodeConfig, {**doc, "groups": tuple(groups)}, "the node settings")

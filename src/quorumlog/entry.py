@@ -92,15 +92,17 @@ def encode_entry(magic: int, index: int, term: int, pos: int, body: bytes, prev_
 
 
 def encode_run(bodies: Sequence[bytes], magic: int, first_index: int, term: int, first_pos: int,
-               prev_chain: int) -> tuple[bytearray, bytearray, int]:
+               prev_chain: int, positions: list[int]) -> tuple[bytearray, bytearray, int]:
     """Encode contiguous entries into one data buffer and one index buffer.
 
-    Returns (data, index_units, last_chain). Each body is copied exactly once, into `data`.
+    Returns (data, index_units, last_chain) and appends each entry's position to `positions`.
+    Each body is copied exactly once, into `data`.
     """
     data = bytearray(sum(map(len, bodies)) + HEADER_SIZE * len(bodies))
     units = bytearray(INDEX_UNIT_SIZE * len(bodies))
     mv = memoryview(data)
     pack_unit = INDEX_UNIT.pack_into
+    add_pos = positions.append
     off = 0
     chain = prev_chain
     index = first_index
@@ -108,6 +110,7 @@ def encode_run(bodies: Sequence[bytes], magic: int, first_index: int, term: int,
         n = len(body)
         size = HEADER_SIZE + n
         pos = first_pos + off
+        add_pos(pos)
         _pack_head(data, off, magic, size, index, term, pos, 0)
         chain = _crc32(mv[off:off + CHAIN_SPAN], chain)
         _pack_tail(data, off + CHAIN_SPAN, chain, _crc32(body), n)

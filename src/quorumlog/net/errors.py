@@ -1,0 +1,47 @@
+"""Errors of the wire layer: a malformed peer, a closed connection, a timed-out request."""
+
+from __future__ import annotations
+
+from ..errors import QuorumLogError, ResponseCode
+
+
+class ProtocolError(QuorumLogError):
+    """The peer sent bytes that are not a valid frame or body; the connection must close.
+
+    `reason` is a one-line description fit for a log line and a GOODBYE frame.
+    """
+
+    code = ResponseCode.UNEXPECTED_ARGUMENT
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ConnectionClosedError(QuorumLogError):
+    """The connection closed (or never opened) before the request was answered."""
+
+    code = ResponseCode.NETWORK_ERROR
+
+
+class RequestTimeoutError(QuorumLogError):
+    """No response arrived within the request's timeout."""
+
+    code = ResponseCode.TIMEOUT
+
+
+class HandshakeError(QuorumLogError):
+    """The HELLO exchange failed: wrong version, cluster or secret. Retrying will not help."""
+
+
+class ResponseError(QuorumLogError):
+    """The peer answered with a code other than SUCCESS; `leader` is its leader hint, if any."""
+
+    def __init__(self, code: ResponseCode | int, reason: str = "", leader: str | None = None) -> None:
+        try:
+            rc = ResponseCode(code)
+        except ValueError:
+            rc = ResponseCode.UNKNOWN
+        super().__init__(f"{rc.name}: {reason}" if reason else rc.name, rc)
+        self.reason = reason
+        self.leader = leader

@@ -1,0 +1,107 @@
+"""Recovery's tail scan: walk the data segments from a trusted point, verifying every entry
+(magic, sizes, both CRCs, chain, index and position) and the index unit that points at it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..entry import HEADER_SIZE, INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_BLANK, check_entry
+from ..errors import CorruptEntryError
+from .checkpoint import Checkpoint
+from .segments import SegmentList
+
+_ZERO_HEADER = bytes(HEADER_SIZE)
+
+
+@dataclass(slots=True)
+class Scan:
+    """What the scan found: the log ends at next_index - 1."""
+
+    next_index: int
+    write_pos: int
+    chain: int
+    end_term: int
+    error: str | None = None  # why the scan stopped early (a torn or corrupt entry), if it did
+    dirty_tail: bool = False  # non-zero bytes may lie past write_pos in its segment
+    rebuilt: int = 0  # index units rewritten from the data
+    notes: list[str] = field(default_factory=list)
+
+
+def _anchor_ok(data: SegmentList, index: SegmentList, cp: Checkpoint, max_body: int) -> bool:
+    """Is the checkpoint's anchor entry intact, and does the index cover everything up to it?"""
+    if cp.anchor_index < cp.begin_index or cp.anchor_pos < 0:
+        return False
+    if not index.segments or index.start > cp.begin_index * INDEX_UNIT_SIZE \
+            or index.end < (cp.anchor_index + 1) * INDEX_UNIT_SIZE:
+        return False
+    seg = data.find(cp.anchor_pos)
+    if seg is None:
+        return False
+    try:
+        h = check_entry(seg.view, cp.anchor_pos - seg.start, None, max_body)
+    except CorruptEntryError:
+        return False
+    return h[2] == cp.anchor_index and h[4] == cp.anchor_pos and h[6] == cp.anchor_chain
+
+
+def scan(data: SegmentList, index: SegmentList, cp: Checkpoint, max_body: int) -> Scan:
+    """Scan from the checkpoint's anchor (or from the log's beginning when the anchor is not
+    usable), rebuilding index units that disagree with the data."""
+    notes: list[str] = []
+    if _anchor_ok(data, index, cp, max_body):
+        seg = data.find(cp.anchor_pos)
+        assert seg is not None
+        rel = cp.anchor_pos - seg.start
+        size = int.from_bytes(seg.view[rel + 4:rel + 8], "big")
+        term = int.from_bytes(seg.view[rel + 16:rel + 24], "big")
+        pos, idx, chain = cp.anchor_pos + size, cp.anchor_index + 1, cp.anchor_chain
+    else:
+        if cp.anchor_index >= cp.begin_index:
+            notes.append("checkpoint anchor unusable or index incomplete: scanned the whole log")
+        if index.segments and index.start > cp.begin_index * INDEX_UNIT_SIZE:
+            index.drop_before(index.end)  # an index with a hole at its start is rebuilt whole
+        pos, idx, chain, term = cp.begin_pos, cp.begin_index, cp.begin_chain, 0
+    result = Scan(idx, pos, chain, term, notes=notes)
+    _walk(data, index, result, max_body)
+    if result.rebuilt:
+        notes.append(f"rebuilt {result.rebuilt} index units from the data files")
+    return result
+
+
+def _walk(data: SegmentList, index: SegmentList, r: Scan, max_body: int) -> None:
+    size = data.size
+    pack_unit = INDEX_UNIT.pack
+    while True:
+        pos = r.write_pos
+        seg = data.find(pos)
+        if seg is None:
+            return
+        view = seg.view
+        rel = pos - seg.start
+        magic = int.from_bytes(view[rel:rel + 4], "big", signed=True)
+        if magic == MAGIC_BLANK:
+            if int.from_bytes(view[rel + 4:rel + 8], "big") != size - rel:
+                r.error, r.dirty_tail = f"bad blank record at pos {pos}", True
+                return
+            r.write_pos = seg.start + size
+            continue
+        if magic == 0 and (size - rel < HEADER_SIZE or view[rel:rel + HEADER_SIZE] == _ZERO_HEADER):
+            return  # clean end of the log
+        try:
+            h = check_entry(view, rel, r.chain, max_body)
+            if h[2] != r.next_index or h[4] != pos:
+                raise CorruptEntryError(f"entry at pos {pos} says index {h[2]} pos {h[4]}")
+            if h[3] < r.end_term:
+                raise CorruptEntryError(f"term {h[3]} below the previous entry's {r.end_term}")
+        except CorruptEntryError as e:
+            r.error, r.dirty_tail = str(e), True
+            return
+        unit = pack_unit(h[0], pos, h[1], h[2], h[3])
+        uoff = h[2] * INDEX_UNIT_SIZE
+        useg = index.find(uoff)
+        if useg is None or useg.view[uoff - useg.start:uoff - useg.start + INDEX_UNIT_SIZE] != unit:
+            index.write(uoff, unit)
+            r.rebuilt += 1
+        r.chain, r.end_term = h[6], h[3]
+        r.next_index += 1
+        r.write_pos = pos + h[1]

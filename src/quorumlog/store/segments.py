@@ -1,0 +1,196 @@
+"""SegmentList: fixed-size, pre-allocated files named by their 20-digit start offset (DLedger's
+MmapFileList). Written with pwrite, read through a read-only shared mmap of each file."""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import threading
+from dataclasses import dataclass, field
+
+from ..errors import StoreError
+from .vfs import OsFiles
+
+NAME_DIGITS = 20
+
+
+@dataclass(eq=False)
+class Segment:
+    """One segment file: bytes [start, start + size) of the list's offset space."""
+
+    start: int
+    path: str
+    fd: int
+    map: mmap.mmap
+    view: memoryview = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.view = memoryview(self.map)
+
+
+class SegmentList:
+    """A contiguous run of equal-size segments covering offsets [first.start, last.start + size)."""
+
+    def __init__(self, directory: str, segment_bytes: int, files: OsFiles) -> None:
+        self.dir = directory
+        self.size = segment_bytes
+        self.files = files
+        self.segments: list[Segment] = []
+        self.dirty: set[Segment] = set()
+        self.lock = threading.Lock()  # guards closing segments against a concurrent flush
+
+    # -- loading -------------------------------------------------------------------------------
+    def load(self) -> list[str]:
+        """Open the segment files found; return problems that were repaired (stray files)."""
+        notes = []
+        names = []
+        for name in self.files.listdir(self.dir):
+            if name.endswith(".tmp"):
+                continue
+            if len(name) != NAME_DIGITS or not name.isdigit():
+                raise StoreError(f"{os.path.join(self.dir, name)}: not a segment file name")
+            names.append(name)
+        names.sort()
+        prev = None
+        for name in names:
+            start = int(name)
+            path = os.path.join(self.dir, name)
+            if start % self.size:
+                raise StoreError(f"{path}: start offset is not a multiple of the segment size {self.size}")
+            if prev is not None and start != prev + self.size:
+                raise StoreError(f"{path}: segment missing before it (previous starts at {prev})")
+            fd = self.files.open(path)
+            actual = self.files.size(fd)
+            if actual > self.size:
+                self.files.close(fd)
+                raise StoreError(f"{path}: {actual} bytes, larger than the segment size {self.size}")
+            if actual < self.size:
+                # A crash while the file was being allocated: finish the allocation.
+                notes.append(f"{path}: completed a partial allocation ({actual} of {self.size} bytes)")
+                self.files.allocate(fd, self.size)
+            self.segments.append(Segment(start, path, fd, self.files.map(fd, self.size)))
+            prev = start
+        return notes
+
+    # -- geometry ------------------------------------------------------------------------------
+    @property
+    def start(self) -> int:
+        return self.segments[0].start if self.segments else 0
+
+    @property
+    def end(self) -> int:
+        return self.segments[-1].start + self.size if self.segments else 0
+
+    def find(self, offset: int) -> Segment | None:
+        """The segment holding `offset`, or None."""
+        if not self.segments:
+            return None
+        i = (offset - self.segments[0].start) // self.size
+        if 0 <= i < len(self.segments):
+            return self.segments[i]
+        return None
+
+    def view(self, offset: int, n: int) -> memoryview:
+        """A read-only view of [offset, offset + n), which must lie in one existing segment."""
+        seg = self.find(offset)
+        rel = offset - seg.start if seg else -1
+        if seg is None or rel + n > self.size:
+            raise StoreError(f"{self.dir}: read of {n} bytes at {offset} outside the segments")
+        return seg.view[rel:rel + n]
+
+    # -- writing -------------------------------------------------------------------------------
+    def ensure(self, offset: int) -> Segment:
+        """The segment holding `offset`, creating (pre-allocated) segments up to it."""
+        seg = self.find(offset)
+        if seg is not None:
+            return seg
+        base = offset - offset % self.size
+        if self.segments and base < self.segments[0].start:
+            raise StoreError(f"{self.dir}: offset {offset} is before the first segment")
+        nxt = self.end if self.segments else base
+        while True:
+            path = os.path.join(self.dir, f"{nxt:0{NAME_DIGITS}d}")
+            fd = self.files.open(path)
+            try:
+                self.files.allocate(fd, self.size)
+                mapped = self.files.map(fd, self.size)
+            except BaseException:
+                self.files.close(fd)
+                raise
+            seg = Segment(nxt, path, fd, mapped)
+            with self.lock:
+                self.segments.append(seg)
+            self.files.fsync_dir(self.dir)
+            if nxt == base:
+                return seg
+            nxt += self.size
+
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        """pwrite `data` at `offset`; it must not cross a segment boundary."""
+        seg = self.ensure(offset)
+        rel = offset - seg.start
+        if rel + len(data) > self.size:
+            raise StoreError(f"{self.dir}: write of {len(data)} bytes at {offset} crosses a segment end")
+        self.files.pwrite(seg.fd, data, rel)
+        self.dirty.add(seg)
+
+    def zero(self, offset: int, end: int) -> None:
+        """Write zeros over [offset, end) within existing segments (stale bytes must not survive)."""
+        zeros = bytes(min(max(end - offset, 0), 1 << 20))
+        while offset < end:
+            seg = self.find(offset)
+            if seg is None:
+                return
+            stop = min(end, seg.start + self.size)
+            while offset < stop:
+                n = min(len(zeros), stop - offset)
+                self.files.pwrite(seg.fd, memoryview(zeros)[:n], offset - seg.start)
+                offset += n
+            self.dirty.add(seg)
+
+    def sync(self) -> None:
+        """fdatasync every segment written since the last sync."""
+        with self.lock:
+            dirty, self.dirty = self.dirty, set()
+            for seg in sorted(dirty, key=lambda s: s.start):
+                if seg in self.segments:
+                    self.files.fdatasync(seg.fd)
+
+    # -- removing ------------------------------------------------------------------------------
+    def drop_after(self, offset: int) -> None:
+        """Delete whole segments that start after the segment holding `offset`."""
+        with self.lock:
+            while self.segments and self.segments[-1].start > offset - offset % self.size:
+                self._release(self.segments.pop())
+        self.files.fsync_dir(self.dir)
+
+    def drop_before(self, offset: int) -> int:
+        """Delete whole segments that end at or before `offset`; return how many."""
+        n = 0
+        with self.lock:
+            while self.segments and self.segments[0].start + self.size <= offset:
+                self._release(self.segments.pop(0))
+                n += 1
+        if n:
+            self.files.fsync_dir(self.dir)
+        return n
+
+    def _release(self, seg: Segment) -> None:
+        self._close(seg)
+        self.dirty.discard(seg)
+        self.files.unlink(seg.path)
+
+    def _close(self, seg: Segment) -> None:
+        seg.view.release()
+        # A reader may still hold a view into it; the mapping then goes when that view does.
+        with contextlib.suppress(BufferError):
+            seg.map.close()
+        self.files.close(seg.fd)
+
+    def close(self) -> None:
+        with self.lock:
+            for seg in self.segments:
+                self._close(seg)
+            self.segments = []
+            self.dirty = set()

@@ -1,0 +1,83 @@
+"""The file operations a FileStore performs, behind one object so tests can inject faults
+(as hashicorp/raft-wal's VFS does): a failing write or sync, a full disk."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import shutil
+
+
+class OsFiles:
+    """Real files. Subclass and override a method to inject a fault."""
+
+    def open(self, path: str) -> int:
+        return os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+
+    def pwrite(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(fd, view, offset)
+            if n <= 0:
+                raise OSError(f"pwrite wrote {n} bytes")
+            view = view[n:]
+            offset += n
+
+    def fdatasync(self, fd: int) -> None:
+        os.fdatasync(fd)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def size(self, fd: int) -> int:
+        return os.fstat(fd).st_size
+
+    def allocate(self, fd: int, size: int) -> None:
+        """Fill the file with zeros up to `size` and sync it: writes into pre-written blocks are
+        pure data writes, so the fdatasync of an append commits no file metadata."""
+        zeros = bytes(min(size, 1 << 20))
+        off = self.size(fd)
+        while off < size:
+            n = min(len(zeros), size - off)
+            self.pwrite(fd, memoryview(zeros)[:n], off)
+            off += n
+        self.fsync(fd)
+
+    def map(self, fd: int, size: int) -> mmap.mmap:
+        return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+    def mtime(self, path: str) -> float:
+        return os.stat(path).st_mtime
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Replace `path` with `data`: temp file, fsync, rename, fsync the directory."""
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            self.pwrite(fd, data, 0)
+            self.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        self.fsync_dir(os.path.dirname(path) or ".")
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            self.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def disk_usage(self, path: str) -> float:
+        """Fraction of the file system holding `path` that is in use."""
+        u = shutil.disk_usage(path)
+        return u.used / u.total if u.total else 0.0
