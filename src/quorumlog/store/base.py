@@ -155,9 +155,9 @@ def place(write_pos: int, size: int, segment_bytes: int) -> int:
 
 
 def check_bodies(bodies: Sequence[bytes], max_body: int) -> None:
-    for b in bodies:
-        if len(b) > max_body:
-            raise InvalidArgumentError(f"entry body of {len(b)} bytes exceeds the maximum of {max_body}")
+    if bodies and max(map(len, bodies)) > max_body:
+        size = max(map(len, bodies))
+        raise InvalidArgumentError(f"entry body of {size} bytes exceeds the maximum of {max_body}")
 
 
 def verify_run(data: bytes | bytearray | memoryview, first_index: int, write_pos: int, prev_chain: int | None,

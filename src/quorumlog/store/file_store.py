@@ -326,8 +326,9 @@ class FileStore:
         self._check_writable()
         end = self._end
         try:
+            # Only data needs syncing for durability: index units past the checkpoint's anchor are
+            # rebuilt from data by recovery, and checkpoint() syncs the index before it names an anchor.
             self.data.sync()
-            self.index.sync()
         except OSError as e:
             self._fail(e)
         if end > self._flushed:
@@ -336,17 +337,19 @@ class FileStore:
 
     def checkpoint(self) -> None:
         self._check_writable()
-        committed = max(min(self._committed, self.durable_index), self._committed_floor)
-        anchor = min(self._committed, self.durable_index)
+        # Only what is fsynced may be named: in async mode durable_index runs ahead of the disk.
+        committed = max(min(self._committed, self._flushed), self._committed_floor)
+        anchor = min(self._committed, self._flushed)
         if anchor >= self._begin:
             _m, apos, _s, _i, _t = self._unit(anchor)
             achain = int.from_bytes(self.data.view(apos + 36, 4), "big")
         else:
             anchor, apos, achain = -1, -1, 0
         try:
+            self.index.sync()
             write_checkpoint(self.files, self.dir, Checkpoint(
                 begin_index=self._begin, begin_pos=self._begin_pos, begin_chain=self._begin_chain,
-                end_index=self.durable_index, committed_index=committed,
+                end_index=self._flushed, committed_index=committed,
                 anchor_index=anchor, anchor_pos=apos, anchor_chain=achain))
         except OSError as e:
             self._fail(e)
@@ -440,16 +443,19 @@ class FileStore:
         return self._begin_chain
 
     def get(self, index: int) -> Entry:
-        entries = self.read(index, 1, 0)
-        return entries[0]
+        self._unit(index)  # IndexOutOfRangeError outside [begin, end]
+        return self.read(index, 1, 0)[0]
 
     def term_at(self, index: int) -> int:
         if index == self._begin - 1 and index == -1:
             return 0
         return self._unit(index)[4]
 
-    def _iter_raw(self, start: int, max_count: int, max_bytes: int) -> list[tuple[memoryview, int, tuple]]:
-        """Checked entries from `start`: (segment view, offset in it, header) each."""
+    def _iter_raw(self, start: int, max_count: int, max_bytes: int, control: bool = True,
+                  bodies: bool = False) -> list[tuple[memoryview, int, tuple]]:
+        """Checked entries from `start`: (segment view, offset in it, header) each. max_count counts
+        the entries returned (control entries are skipped unless `control`); max_bytes counts
+        whole entries, or only bodies when `bodies`."""
         out: list[tuple[memoryview, int, tuple]] = []
         if max_count <= 0 or start > self._end:
             return out
@@ -458,9 +464,8 @@ class FileStore:
         index = start
         used = 0
         seg = self.data.find(pos)
-        stop = min(self._end, start + max_count - 1)
         max_body = self._max_body
-        while index <= stop and (used < max_bytes or not out):
+        while index <= self._end and len(out) < max_count and (used < max_bytes or not out):
             if seg is None:
                 raise CorruptEntryError(f"{self.dir}: entry {index} at pos {pos} is outside the data segments")
             view = seg.view
@@ -476,19 +481,17 @@ class FileStore:
             if h[2] != index or h[4] != pos:
                 raise CorruptEntryError(f"{self.dir}: entry at pos {pos} says index {h[2]} pos {h[4]}, "
                                         f"expected index {index}")
-            out.append((view, rel, h))
+            if control or h[0] == MAGIC_NORMAL:
+                out.append((view, rel, h))
             chain = h[6]
-            used += h[1]
+            used += h[8] if bodies else h[1]
             pos += h[1]
             index += 1
         return out
 
     def read(self, start: int, max_count: int, max_bytes: int, include_control: bool = True) -> list[Entry]:
-        out = []
-        for view, rel, h in self._iter_raw(start, max_count, max_bytes):
-            if include_control or h[0] == MAGIC_NORMAL:
-                out.append(Entry(h[2], h[3], h[4], bytes(view[rel + HEADER_SIZE:rel + h[1]]), h[0]))
-        return out
+        return [Entry(h[2], h[3], h[4], bytes(view[rel + HEADER_SIZE:rel + h[1]]), h[0])
+                for view, rel, h in self._iter_raw(start, max_count, max_bytes, include_control, True)]
 
     def read_raw(self, start: int, max_count: int, max_bytes: int) -> tuple[bytes, int]:
         items = self._iter_raw(start, max_count, max_bytes)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..entry import HEADER_SIZE, INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_BLANK, check_entry
@@ -68,11 +69,21 @@ def scan(data: SegmentList, index: SegmentList, cp: Checkpoint, max_body: int) -
     return result
 
 
-def _walk(data: SegmentList, index: SegmentList, r: Scan, max_body: int) -> None:
+class WalkError(Exception):
+    """The walk met bytes that are not the entry it expected at `pos`."""
+
+    def __init__(self, pos: int, message: str) -> None:
+        super().__init__(message)
+        self.pos = pos
+
+
+def walk(data: SegmentList, pos: int, index: int, chain: int | None, term: int,
+         max_body: int) -> Iterator[tuple[memoryview, int, tuple[int, ...]]]:
+    """Yield (segment view, offset in it, header) for each intact entry from `pos`, which should
+    hold entry `index`; skip blank records; stop at a zero header or the last segment's end.
+    Raises WalkError at the first entry that fails a check (chain unchecked when chain is None)."""
     size = data.size
-    pack_unit = INDEX_UNIT.pack
     while True:
-        pos = r.write_pos
         seg = data.find(pos)
         if seg is None:
             return
@@ -81,27 +92,38 @@ def _walk(data: SegmentList, index: SegmentList, r: Scan, max_body: int) -> None
         magic = int.from_bytes(view[rel:rel + 4], "big", signed=True)
         if magic == MAGIC_BLANK:
             if int.from_bytes(view[rel + 4:rel + 8], "big") != size - rel:
-                r.error, r.dirty_tail = f"bad blank record at pos {pos}", True
-                return
-            r.write_pos = seg.start + size
+                raise WalkError(pos, f"bad blank record at pos {pos}")
+            pos = seg.start + size
             continue
         if magic == 0 and (size - rel < HEADER_SIZE or view[rel:rel + HEADER_SIZE] == _ZERO_HEADER):
             return  # clean end of the log
         try:
-            h = check_entry(view, rel, r.chain, max_body)
-            if h[2] != r.next_index or h[4] != pos:
-                raise CorruptEntryError(f"entry at pos {pos} says index {h[2]} pos {h[4]}")
-            if h[3] < r.end_term:
-                raise CorruptEntryError(f"term {h[3]} below the previous entry's {r.end_term}")
+            h = check_entry(view, rel, chain, max_body)
         except CorruptEntryError as e:
-            r.error, r.dirty_tail = str(e), True
-            return
-        unit = pack_unit(h[0], pos, h[1], h[2], h[3])
-        uoff = h[2] * INDEX_UNIT_SIZE
-        useg = index.find(uoff)
-        if useg is None or useg.view[uoff - useg.start:uoff - useg.start + INDEX_UNIT_SIZE] != unit:
-            index.write(uoff, unit)
-            r.rebuilt += 1
-        r.chain, r.end_term = h[6], h[3]
-        r.next_index += 1
-        r.write_pos = pos + h[1]
+            raise WalkError(pos, f"entry {index} at pos {pos}: {e}") from None
+        if h[2] != index or h[4] != pos:
+            raise WalkError(pos, f"entry at pos {pos} says index {h[2]} pos {h[4]}, expected index {index}")
+        if h[3] < term:
+            raise WalkError(pos, f"entry {index} has term {h[3]} below the previous entry's {term}")
+        yield view, rel, h
+        chain, term = h[6], h[3]
+        index += 1
+        pos += h[1]
+
+
+def _walk(data: SegmentList, index: SegmentList, r: Scan, max_body: int) -> None:
+    pack_unit = INDEX_UNIT.pack
+    try:
+        for _view, _rel, h in walk(data, r.write_pos, r.next_index, r.chain, r.end_term, max_body):
+            unit = pack_unit(h[0], h[4], h[1], h[2], h[3])
+            uoff = h[2] * INDEX_UNIT_SIZE
+            useg = index.find(uoff)
+            if useg is None or useg.view[uoff - useg.start:uoff - useg.start + INDEX_UNIT_SIZE] != unit:
+                index.write(uoff, unit)
+                r.rebuilt += 1
+            r.chain, r.end_term = h[6], h[3]
+            r.next_index += 1
+            r.write_pos = h[4] + h[1]
+    except WalkError as e:
+        r.error, r.dirty_tail = str(e), True
+        r.write_pos = e.pos

@@ -13,6 +13,7 @@ from ..errors import StoreError
 from .vfs import OsFiles
 
 NAME_DIGITS = 20
+SPARE_SUFFIX = ".spare"
 
 
 @dataclass(eq=False)
@@ -32,13 +33,15 @@ class Segment:
 class SegmentList:
     """A contiguous run of equal-size segments covering offsets [first.start, last.start + size)."""
 
-    def __init__(self, directory: str, segment_bytes: int, files: OsFiles) -> None:
+    def __init__(self, directory: str, segment_bytes: int, files: OsFiles, preallocate: bool = True) -> None:
         self.dir = directory
         self.size = segment_bytes
         self.files = files
         self.segments: list[Segment] = []
         self.dirty: set[Segment] = set()
         self.lock = threading.Lock()  # guards closing segments against a concurrent flush
+        self.preallocate = preallocate
+        self._spare: tuple[str, threading.Thread, list[int | BaseException]] | None = None
 
     # -- loading -------------------------------------------------------------------------------
     def load(self) -> list[str]:
@@ -46,7 +49,9 @@ class SegmentList:
         notes = []
         names = []
         for name in self.files.listdir(self.dir):
-            if name.endswith(".tmp"):
+            if name.endswith(SPARE_SUFFIX):
+                # A spare segment allocated ahead of need; it may be incomplete, so start over.
+                self.files.unlink(os.path.join(self.dir, name))
                 continue
             if len(name) != NAME_DIGITS or not name.isdigit():
                 raise StoreError(f"{os.path.join(self.dir, name)}: not a segment file name")
@@ -111,9 +116,15 @@ class SegmentList:
         nxt = self.end if self.segments else base
         while True:
             path = os.path.join(self.dir, f"{nxt:0{NAME_DIGITS}d}")
-            fd = self.files.open(path)
+            fd = self._take_spare(path)
+            if fd is None:
+                fd = self.files.open(path)
+                try:
+                    self.files.allocate(fd, self.size)
+                except BaseException:
+                    self.files.close(fd)
+                    raise
             try:
-                self.files.allocate(fd, self.size)
                 mapped = self.files.map(fd, self.size)
             except BaseException:
                 self.files.close(fd)
@@ -123,8 +134,57 @@ class SegmentList:
                 self.segments.append(seg)
             self.files.fsync_dir(self.dir)
             if nxt == base:
+                self._start_spare()
                 return seg
             nxt += self.size
+
+    # A spare segment is zero-filled in a background thread while the current one fills, so a
+    # roll costs a rename rather than writing a whole segment of zeros (RocketMQ allocates ahead too).
+    def _start_spare(self) -> None:
+        if not self.preallocate:
+            return
+        path = os.path.join(self.dir, f"{self.end:0{NAME_DIGITS}d}{SPARE_SUFFIX}")
+        result: list[int | BaseException] = []
+
+        def allocate() -> None:
+            try:
+                fd = self.files.open(path)
+                try:
+                    self.files.allocate(fd, self.size)
+                except BaseException:
+                    self.files.close(fd)
+                    raise
+                result.append(fd)
+            except BaseException as e:  # reported when the spare is taken
+                result.append(e)
+
+        thread = threading.Thread(target=allocate, name=f"allocate:{path}", daemon=True)
+        thread.start()
+        self._spare = (path, thread, result)
+
+    def wait_spare(self) -> None:
+        """Block until the spare segment being allocated ahead (if any) is ready."""
+        if self._spare is not None:
+            self._spare[1].join()
+
+    def _take_spare(self, path: str) -> int | None:
+        """The spare's fd renamed to `path`, if the spare is for it; None to allocate in line."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return None
+        spare_path, thread, result = spare
+        thread.join()
+        outcome = result[0] if result else None
+        if spare_path != path + SPARE_SUFFIX or not isinstance(outcome, int):
+            if isinstance(outcome, int):
+                self.files.close(outcome)
+            with contextlib.suppress(OSError):
+                self.files.unlink(spare_path)
+            if isinstance(outcome, OSError):
+                raise outcome
+            return None
+        os.replace(spare_path, path)
+        return outcome
 
     def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         """pwrite `data` at `offset`; it must not cross a segment boundary."""
@@ -188,7 +248,18 @@ class SegmentList:
             seg.map.close()
         self.files.close(seg.fd)
 
+    def _drop_spare(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            path, thread, result = spare
+            thread.join()
+            if result and isinstance(result[0], int):
+                self.files.close(result[0])
+            with contextlib.suppress(OSError):
+                self.files.unlink(path)
+
     def close(self) -> None:
+        self._drop_spare()
         with self.lock:
             for seg in self.segments:
                 self._close(seg)
