@@ -1,0 +1,269 @@
+"""msgpack bodies with strict validation: a body is a msgpack array checked against a small schema.
+
+A schema is an ordered table of (field name, field type). Decoding checks arity and every type; any
+mismatch, and any bytes msgpack cannot decode, raise ProtocolError and nothing else. `bytes` fields go
+out as msgpack bin straight from the caller's bytes/bytearray/memoryview (packed once into the body)
+and come back as `bytes` (msgpack copies a bin value once when decoding).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import namedtuple
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+
+from ..errors import ResponseCode
+from .errors import ProtocolError, ResponseError
+
+_packb = msgpack.packb
+_unpackb = msgpack.unpackb
+
+I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+U64_MAX = (1 << 64) - 1
+
+
+class FieldType:
+    """Checks one value; subclasses say what they accept."""
+
+    __slots__ = ()
+    name = "any"
+
+    def check(self, value: Any, where: str) -> None:
+        """Raise ProtocolError if value does not fit."""
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _bad(where: str, expected: str, value: Any) -> ProtocolError:
+    return ProtocolError(f"{where}: expected {expected}, got {type(value).__name__}")
+
+
+class Int(FieldType):
+    """An integer (never a bool) within [lo, hi]."""
+
+    __slots__ = ("lo", "hi", "name")
+
+    def __init__(self, lo: int = I64_MIN, hi: int = I64_MAX, name: str = "int") -> None:
+        self.lo, self.hi, self.name = lo, hi, name
+
+    def check(self, value: Any, where: str) -> None:
+        if type(value) is not int:
+            raise _bad(where, self.name, value)
+        if not self.lo <= value <= self.hi:
+            raise ProtocolError(f"{where}: {value} outside {self.lo}..{self.hi}")
+
+
+class Float(FieldType):
+    """A finite float (ints accepted: msgpack keeps 1.0 and 1 apart, callers need not)."""
+
+    __slots__ = ()
+    name = "float"
+
+    def check(self, value: Any, where: str) -> None:
+        if type(value) not in (float, int) or not math.isfinite(value):
+            raise _bad(where, self.name, value)
+
+
+class Str(FieldType):
+    """A UTF-8 string of at most max_len characters."""
+
+    __slots__ = ("max_len",)
+    name = "str"
+
+    def __init__(self, max_len: int = 1 << 16) -> None:
+        self.max_len = max_len
+
+    def check(self, value: Any, where: str) -> None:
+        if type(value) is not str:
+            raise _bad(where, self.name, value)
+        if len(value) > self.max_len:
+            raise ProtocolError(f"{where}: string longer than {self.max_len}")
+
+
+class Bytes(FieldType):
+    """Binary data (msgpack bin); bytes-like values are accepted when encoding."""
+
+    __slots__ = ("max_len",)
+    name = "bytes"
+
+    def __init__(self, max_len: int | None = None) -> None:
+        self.max_len = max_len
+
+    def check(self, value: Any, where: str) -> None:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise _bad(where, self.name, value)
+        if self.max_len is not None and len(value) > self.max_len:
+            raise ProtocolError(f"{where}: {len(value)} bytes, more than {self.max_len}")
+
+
+class Bool(FieldType):
+    __slots__ = ()
+    name = "bool"
+
+    def check(self, value: Any, where: str) -> None:
+        if type(value) is not bool:
+            raise _bad(where, self.name, value)
+
+
+class Opt(FieldType):
+    """None or a value of the inner type."""
+
+    __slots__ = ("inner", "name")
+
+    def __init__(self, inner: FieldType) -> None:
+        self.inner = inner
+        self.name = f"{inner.name}|None"
+
+    def check(self, value: Any, where: str) -> None:
+        if value is not None:
+            self.inner.check(value, where)
+
+
+class List(FieldType):
+    """An array of values of one type, at most max_len long."""
+
+    __slots__ = ("item", "max_len", "name")
+
+    def __init__(self, item: FieldType, max_len: int = 1 << 20) -> None:
+        self.item, self.max_len = item, max_len
+        self.name = f"list[{item.name}]"
+
+    def check(self, value: Any, where: str) -> None:
+        if not isinstance(value, list | tuple):
+            raise _bad(where, self.name, value)
+        if len(value) > self.max_len:
+            raise ProtocolError(f"{where}: more than {self.max_len} items")
+        check = self.item.check
+        for i, v in enumerate(value):
+            check(v, f"{where}[{i}]")
+
+
+class Map(FieldType):
+    """A map with string keys and values of one type."""
+
+    __slots__ = ("value", "name")
+
+    def __init__(self, value: FieldType) -> None:
+        self.value = value
+        self.name = f"map[str, {value.name}]"
+
+    def check(self, value: Any, where: str) -> None:
+        if not isinstance(value, dict):
+            raise _bad(where, self.name, value)
+        check = self.value.check
+        for k, v in value.items():
+            if type(k) is not str:
+                raise _bad(f"{where} key", "str", k)
+            check(v, f"{where}[{k!r}]")
+
+
+class Any_(FieldType):
+    """Any msgpack value except ext types (for free-form status documents)."""
+
+    __slots__ = ()
+    name = "any"
+
+    def check(self, value: Any, where: str) -> None:
+        if isinstance(value, msgpack.ExtType | msgpack.Timestamp):
+            raise _bad(where, "plain msgpack value", value)
+        if isinstance(value, list | tuple):
+            for i, v in enumerate(value):
+                self.check(v, f"{where}[{i}]")
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                self.check(k, f"{where} key")
+                self.check(v, f"{where}[{k!r}]")
+
+
+# Shared instances for the common cases.
+INT = Int()
+U8 = Int(0, 255, "u8")
+U16 = Int(0, 0xFFFF, "u16")
+U32 = Int(0, 0xFFFFFFFF, "u32")
+U64 = Int(0, U64_MAX, "u64")
+INDEX = Int(-1, I64_MAX, "index")  # -1: an empty log's end index
+FLOAT = Float()
+STR = Str()
+BYTES = Bytes()
+BOOL = Bool()
+ANY = Any_()
+OPT_STR = Opt(STR)
+
+
+class Schema:
+    """The body of one (operation, kind): an ordered tuple of (name, FieldType).
+
+    `decode` returns a namedtuple named after the schema, so fields read as attributes.
+    For responses, `generic_errors=True` means a non-SUCCESS code is answered with ERROR's layout
+    (code, reason, leader) instead of this schema's; see decode_response().
+    """
+
+    __slots__ = ("name", "fields", "types", "record", "generic_errors")
+
+    def __init__(self, name: str, fields: Sequence[tuple[str, FieldType]], *,
+                 generic_errors: bool = True) -> None:
+        self.name = name
+        self.fields = tuple(fields)
+        self.types = tuple(t for _, t in self.fields)
+        self.record: Any = namedtuple(name, [n for n, _ in self.fields])  # type: ignore[misc]
+        self.generic_errors = generic_errors
+
+    def __repr__(self) -> str:
+        return f"Schema({self.name}: {', '.join(f'{n}: {t.name}' for n, t in self.fields)})"
+
+    def validate(self, values: Sequence[Any]) -> Any:
+        """Check already-unpacked values; return them as this schema's record."""
+        if not isinstance(values, list | tuple):
+            raise ProtocolError(f"{self.name}: body is not an array")
+        if len(values) != len(self.types):
+            raise ProtocolError(f"{self.name}: expected {len(self.types)} fields, got {len(values)}")
+        for (fname, ftype), v in zip(self.fields, values, strict=True):
+            ftype.check(v, f"{self.name}.{fname}")
+        return self.record._make(values)
+
+    def encode(self, *values: Any) -> bytes:
+        """Validate and pack the values; ProtocolError if they do not fit the schema."""
+        self.validate(values)
+        return _packb(values)
+
+    def decode(self, body: bytes | bytearray | memoryview) -> Any:
+        """Unpack and validate a body; ProtocolError on anything malformed."""
+        return self.validate(unpack(body))
+
+
+def unpack(body: bytes | bytearray | memoryview) -> Any:
+    """msgpack-decode a whole body; every decoding failure becomes ProtocolError."""
+    try:
+        return _unpackb(body, raw=False, use_list=False, strict_map_key=True)
+    except Exception as e:  # msgpack raises many types (ExtraData, FormatError, StackError, ValueError...)
+        raise ProtocolError(f"malformed msgpack body: {type(e).__name__}: {e}") from None
+
+
+# A non-SUCCESS response of an operation whose schema has generic_errors.
+ERROR = Schema("Error", [("code", INT), ("reason", STR), ("leader", OPT_STR)])
+
+
+def encode_error(code: ResponseCode | int, reason: str = "", leader: str | None = None) -> bytes:
+    """The body of an error response: [code, reason, leader hint]."""
+    return _packb((int(code), reason, leader))
+
+
+def decode_response(schema: Schema, body: bytes | bytearray | memoryview) -> Any:
+    """Decode a response body; raise ResponseError for a non-SUCCESS code in the generic error form.
+
+    The first field of every response is its ResponseCode.
+    """
+    values = unpack(body)
+    if not isinstance(values, tuple) or not values:
+        raise ProtocolError(f"{schema.name}: response body is not a non-empty array")
+    code = values[0]
+    if type(code) is not int:
+        raise ProtocolError(f"{schema.name}.code: expected int, got {type(code).__name__}")
+    if code != ResponseCode.SUCCESS and schema.generic_errors:
+        err = ERROR.validate(values)
+        raise ResponseError(err.code, err.reason, err.leader)
+    return schema.validate(values)

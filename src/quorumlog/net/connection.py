@@ -1,0 +1,479 @@
+"""One framed connection on asyncio: request ids mapped to futures, batched writes, HELLO gating.
+
+`Connection` is an asyncio.Protocol used on both ends. Either side may send requests (each side numbers
+its own; responses carry the number back), one-way frames, and answer the other side's requests.
+Frames written during one loop iteration leave in one transport.write. Bytes that are not a valid
+frame close this connection only, with a logged reason and a best-effort GOODBYE frame first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl as ssl_module
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..errors import QuorumLogError, ResponseCode
+from .bodies import encode_error
+from .errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError
+from .frames import (
+    DEFAULT_MAX_FRAME_BYTES,
+    MAX_REQUEST_ID,
+    ONEWAY,
+    REQUEST,
+    RESPONSE,
+    SUPPORTED_VERSIONS,
+    Buffer,
+    Frame,
+    FrameDecoder,
+    FrameWriter,
+)
+from .hello import CLIENT_ID, ClientHandshake, ServerHandshake, State
+from .ops import VALID_OPS, Op, op_name
+from .schemas import GOODBYE
+
+log = logging.getLogger("quorumlog.net")
+
+# Until HELLO completes a peer is unauthenticated: it may only send small frames.
+HANDSHAKE_MAX_FRAME_BYTES = 4096
+# How long close() waits for buffered bytes to drain before aborting (a peer that never reads).
+CLOSE_GRACE_S = 2.0
+
+HandlerResult = bytes | bytearray | memoryview | None
+Handler = Callable[["Connection", Frame], HandlerResult | Awaitable[HandlerResult]]
+"""Called for each request and one-way frame. For a request it may return the response body (sent at
+once), an awaitable of it (run as a task), or None and call conn.respond() later itself.
+Raising ProtocolError closes the connection; a QuorumLogError becomes an error response with its code;
+any other exception is logged and answered with INTERNAL_ERROR."""
+
+
+class Connection(asyncio.Protocol):
+    """A framed, multiplexed connection. Build it with connect() or serve(), not directly."""
+
+    def __init__(self, *, handler: Handler | None = None, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 server_handshake: ServerHandshake | None = None, hello_timeout: float = 5.0,
+                 max_inflight: int = 4096,
+                 on_made: Callable[[Connection], None] | None = None,
+                 on_established: Callable[[Connection], None] | None = None,
+                 on_close: Callable[[Connection], None] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._handler = handler
+        self._max_frame_bytes = max_frame_bytes
+        self._hs = server_handshake
+        self._hello_timeout = hello_timeout
+        self._max_inflight = max_inflight
+        self._on_made = on_made
+        self._on_established = on_established
+        self._on_close = on_close
+        self._transport: asyncio.Transport | None = None
+        # Versions are pinned once HELLO settles; until then any version is parsed so a refusal can be sent.
+        limit = HANDSHAKE_MAX_FRAME_BYTES if server_handshake is not None else max_frame_bytes
+        self._decoder = FrameDecoder(limit, versions=None)
+        self._writer = FrameWriter(max_frame_bytes)
+        self._flush_scheduled = False
+        self._ready = False
+        self._closing = False
+        self._closed: asyncio.Future[None] = self._loop.create_future()
+        self._close_reason = ""
+        self._peer_goodbye = ""
+        self._next_id = 1
+        self._pending: dict[int, asyncio.Future[Frame]] = {}
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._open: set[int] = set()  # the peer's requests we have not answered yet
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._reading_paused = False
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self.peer_id: str | None = None
+        self.version: int | None = None
+        self.peername: Any = None
+
+    # -- state ------------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return f"<Connection {self.peer_id or '?'}@{self._peer_text()}{' closing' if self._closing else ''}>"
+
+    def _peer_text(self) -> str:
+        p = self.peername
+        return f"{p[0]}:{p[1]}" if isinstance(p, tuple) and len(p) >= 2 else str(p)
+
+    @property
+    def is_established(self) -> bool:
+        """HELLO completed and the connection is open."""
+        return self._ready and not self._closing
+
+    @property
+    def is_closing(self) -> bool:
+        return self._closing
+
+    @property
+    def close_reason(self) -> str:
+        return self._close_reason
+
+    @property
+    def in_flight(self) -> int:
+        """Our requests still waiting for a response."""
+        return len(self._pending)
+
+    # -- asyncio.Protocol -------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self.peername = transport.get_extra_info("peername")
+        if self._hs is not None:
+            self._timer = self._loop.call_later(self._hello_timeout, self._hello_expired)
+        if self._on_made is not None:
+            self._on_made(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        dec = self._decoder
+        try:
+            dec.feed(data)
+            next_frame = dec.next_frame
+            while (f := next_frame()) is not None:
+                self._on_frame(f)
+                if self._closing:
+                    return
+        except ProtocolError as e:
+            self._protocol_error(e.reason)
+
+    def eof_received(self) -> bool | None:
+        if not self._closing:
+            try:
+                self._decoder.eof()
+            except ProtocolError as e:
+                log.warning("connection %s: %s", self._peer_text(), e.reason)
+                self._close_reason = e.reason
+        return None  # let the transport close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._close_reason:
+            self._close_reason = self._peer_goodbye or (f"connection lost: {exc}" if exc else "closed by peer")
+        self._closing = True
+        self._transport = None
+        if self._timer is not None:
+            self._timer.cancel()
+        self._fail_pending()
+        for t in self._tasks:
+            t.cancel()
+        for w in self._drain_waiters:
+            if not w.done():
+                w.set_exception(ConnectionClosedError(self._close_reason))
+        self._drain_waiters.clear()
+        if not self._closed.done():
+            self._closed.set_result(None)
+        if self._on_close is not None:
+            self._on_close(self)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    # -- sending ----------------------------------------------------------------------------------
+    def _write(self, kind: int, op: int, rid: int, body: Buffer) -> None:
+        self._writer.add(kind, op, rid, body)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write every queued frame now, in one transport.write (normally done once per loop iteration)."""
+        self._flush_scheduled = False
+        if len(self._writer) and self._transport is not None:
+            self._transport.write(self._writer.take())
+
+    async def drain(self) -> None:
+        """Wait until the transport's write buffer is below its high-water mark (backpressure)."""
+        if self._closing:
+            raise ConnectionClosedError(self._close_reason)
+        if self._write_paused:
+            w = self._loop.create_future()
+            self._drain_waiters.append(w)
+            await w
+
+    def send_request(self, op: int, body: Buffer = b"", *, timeout: float | None = None) -> asyncio.Future[Frame]:
+        """Send a request; the future gets the response frame, RequestTimeoutError or ConnectionClosedError."""
+        return self._send_request(op, body, timeout)[1]
+
+    def _send_request(self, op: int, body: Buffer, timeout: float | None) -> tuple[int, asyncio.Future[Frame]]:
+        if self._closing:
+            raise ConnectionClosedError(self._closed_text())
+        rid = self._next_id
+        self._next_id = 1 if rid == MAX_REQUEST_ID else rid + 1
+        fut: asyncio.Future[Frame] = self._loop.create_future()
+        self._write(REQUEST, op, rid, body)
+        self._pending[rid] = fut
+        if timeout is not None:
+            self._timers[rid] = self._loop.call_later(timeout, self._expire, rid, op, timeout)
+        return rid, fut
+
+    async def request(self, op: int, body: Buffer = b"", *, timeout: float | None = None) -> Frame:
+        """Send a request and wait for its response frame."""
+        rid, fut = self._send_request(op, body, timeout)
+        try:
+            return await fut
+        finally:
+            if not fut.done() or fut.cancelled():  # the caller gave up: forget the request
+                self._pending.pop(rid, None)
+                t = self._timers.pop(rid, None)
+                if t is not None:
+                    t.cancel()
+
+    def send(self, op: int, body: Buffer = b"", request_id: int = 0) -> None:
+        """Send a one-way frame (request_id ties it to an earlier request, e.g. a TAIL subscription)."""
+        if self._closing:
+            raise ConnectionClosedError(self._closed_text())
+        self._write(ONEWAY, op, request_id, body)
+
+    def respond(self, request: Frame, body: Buffer) -> None:
+        """Answer one of the peer's requests (at most once; a second answer is ignored)."""
+        rid = request.request_id
+        try:
+            self._open.remove(rid)
+        except KeyError:
+            log.debug("%r: request %d already answered", self, rid)
+            return
+        if self._closing:
+            return
+        self._write(RESPONSE, request.op, rid, body)
+        if self._reading_paused and len(self._open) <= self._max_inflight // 2 and self._transport is not None:
+            self._reading_paused = False
+            self._transport.resume_reading()
+
+    def respond_error(self, request: Frame, code: ResponseCode | int, reason: str = "",
+                      leader: str | None = None) -> None:
+        """Answer with the generic error body [code, reason, leader]."""
+        self.respond(request, encode_error(code, reason, leader))
+
+    # -- closing ----------------------------------------------------------------------------------
+    def close(self, reason: str = "closed", *, goodbye: ResponseCode | None = None) -> None:
+        """Flush what is queued (with a GOODBYE frame if `goodbye` is given) and close."""
+        if self._closing:
+            return
+        self._closing = True
+        self._close_reason = reason
+        if self._timer is not None:
+            self._timer.cancel()
+        t = self._transport
+        if t is not None:
+            if goodbye is not None:
+                self._writer.add(ONEWAY, Op.GOODBYE, 0, GOODBYE.encode(int(goodbye), reason[:1000]))
+            self.flush()
+            t.close()
+            # A peer that never reads would keep the close waiting on a full buffer for ever.
+            self._timer = self._loop.call_later(CLOSE_GRACE_S, t.abort)
+        self._fail_pending()
+
+    def abort(self, reason: str = "aborted") -> None:
+        """Close at once, dropping anything unsent."""
+        if not self._close_reason:
+            self._close_reason = reason
+        self._closing = True
+        if self._transport is not None:
+            self._transport.abort()
+        self._fail_pending()
+
+    async def wait_closed(self) -> None:
+        """Wait until the transport is gone."""
+        await asyncio.shield(self._closed)
+
+    def _closed_text(self) -> str:
+        return f"connection to {self.peer_id or self._peer_text()} closed: {self._close_reason}"
+
+    def _fail_pending(self) -> None:
+        if not self._pending:
+            return
+        exc_text = self._closed_text()
+        pending, self._pending = self._pending, {}
+        for t in self._timers.values():
+            t.cancel()
+        self._timers.clear()
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(ConnectionClosedError(exc_text))
+
+    def _protocol_error(self, reason: str) -> None:
+        log.warning("closing connection %s (%s): %s", self._peer_text(), self.peer_id or "no HELLO", reason)
+        if self._transport is not None and not self._reading_paused:
+            self._transport.pause_reading()
+            self._reading_paused = True
+        self.close(f"protocol error: {reason}", goodbye=ResponseCode.UNEXPECTED_ARGUMENT)
+
+    def _hello_expired(self) -> None:
+        self._timer = None
+        if not self._ready and not self._closing:
+            reason = f"no HELLO within {self._hello_timeout}s"
+            log.warning("closing connection %s: %s", self._peer_text(), reason)
+            self.close(reason, goodbye=ResponseCode.TIMEOUT)
+
+    def _expire(self, rid: int, op: int, timeout: float) -> None:
+        self._timers.pop(rid, None)
+        fut = self._pending.pop(rid, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(RequestTimeoutError(f"{op_name(op)} request to {self.peer_id or self._peer_text()} "
+                                                  f"timed out after {timeout:g}s"))
+
+    # -- receiving --------------------------------------------------------------------------------
+    def _on_frame(self, f: Frame) -> None:
+        kind = f.kind
+        if kind == RESPONSE:
+            fut = self._pending.pop(f.request_id, None)
+            if fut is None:
+                return  # answered after its timeout, or a request we gave up on
+            t = self._timers.pop(f.request_id, None)
+            if t is not None:
+                t.cancel()
+            if not fut.done():
+                fut.set_result(f)
+            return
+        if f.op == Op.GOODBYE and kind == ONEWAY:
+            self._on_goodbye(f)
+            return
+        if not self._ready:
+            self._handshake_frame(f)
+            return
+        if f.op not in VALID_OPS:
+            raise ProtocolError(f"unknown operation {f.op}")
+        if kind == REQUEST:
+            rid = f.request_id
+            if rid in self._open:
+                raise ProtocolError(f"request id {rid} reused while still in flight")
+            self._open.add(rid)
+            if len(self._open) >= self._max_inflight and not self._reading_paused and self._transport:
+                self._reading_paused = True
+                self._transport.pause_reading()
+        handler = self._handler
+        if handler is None:
+            if kind == REQUEST:
+                self.respond_error(f, ResponseCode.UNSUPPORTED, f"{op_name(f.op)} is not served here")
+            return
+        try:
+            result = handler(self, f)
+        except ProtocolError:
+            raise
+        except Exception as e:
+            self._handler_failed(f, e)
+            return
+        if result is None:
+            return
+        if isinstance(result, bytes | bytearray | memoryview):
+            if kind == REQUEST:
+                self.respond(f, result)
+            return
+        task = self._loop.create_task(self._finish(f, result))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _finish(self, f: Frame, result: Awaitable[HandlerResult]) -> None:
+        try:
+            body = await result
+        except ProtocolError as e:
+            self._protocol_error(e.reason)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self._handler_failed(f, e)
+            return
+        if body is not None and f.kind == REQUEST:
+            self.respond(f, body)
+
+    def _handler_failed(self, f: Frame, e: Exception) -> None:
+        if isinstance(e, QuorumLogError):
+            code, reason = e.code, str(e)
+        else:
+            log.exception("handler failed on %s from %s", op_name(f.op), self._peer_text(), exc_info=e)
+            code, reason = ResponseCode.INTERNAL_ERROR, f"{type(e).__name__}: {e}"
+        if f.kind == REQUEST:
+            self.respond_error(f, code, reason)
+
+    def _on_goodbye(self, f: Frame) -> None:
+        try:
+            g = GOODBYE.decode(f.body)
+            self._peer_goodbye = f"closed by peer: {g.reason}"
+        except ProtocolError:
+            self._peer_goodbye = "closed by peer"
+        log.info("connection %s: %s", self._peer_text(), self._peer_goodbye)
+
+    def _handshake_frame(self, f: Frame) -> None:
+        hs = self._hs
+        if hs is None:
+            raise ProtocolError(f"{op_name(f.op)} frame before the handshake completed")
+        if f.kind != REQUEST:
+            raise ProtocolError(f"one-way {op_name(f.op)} frame before the handshake completed")
+        reply = hs.receive(f.op, f.body)
+        if hs.version is not None:
+            self._writer.version = hs.version
+        self._write(RESPONSE, reply.op, f.request_id, reply.body)
+        if reply.close:
+            log.warning("refused connection %s (%s): %s", self._peer_text(), hs.peer_id, reply.reason)
+            self.close(f"handshake refused: {reply.reason}")
+        elif hs.state is State.ESTABLISHED:
+            assert hs.version is not None and hs.peer_id is not None
+            self._establish(hs.version, hs.peer_id)
+
+    def _establish(self, version: int, peer_id: str) -> None:
+        self._ready = True
+        self.version = version
+        self.peer_id = peer_id
+        self._decoder.versions = frozenset({version})
+        self._decoder.max_frame_bytes = self._max_frame_bytes
+        self._writer.version = version
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._on_established is not None:
+            self._on_established(self)
+
+    async def _client_handshake(self, hs: ClientHandshake, timeout: float | None) -> None:
+        step: tuple[Op, bytes] | None = hs.start()
+        while step is not None:
+            op, body = step
+            f = await self.request(op, body, timeout=timeout)
+            step = hs.receive(f.op, f.body)
+        assert hs.version is not None and hs.peer_id is not None
+        self._establish(hs.version, hs.peer_id)
+
+
+async def connect(host: str, port: int, *, cluster: str, node_id: str = CLIENT_ID,
+                  secret: str | bytes | None = None, handler: Handler | None = None,
+                  ssl: ssl_module.SSLContext | None = None, server_hostname: str | None = None,
+                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, timeout: float | None = 5.0,
+                  max_inflight: int = 4096, on_close: Callable[[Connection], None] | None = None) -> Connection:
+    """Open a connection and complete HELLO (and AUTH when the server wants a proof).
+
+    Raises OSError or ConnectionClosedError when the server cannot be reached, HandshakeError when it
+    refuses us (wrong version, cluster or secret), RequestTimeoutError when it does not answer in time.
+    """
+    loop = asyncio.get_running_loop()
+    hs = ClientHandshake(cluster, node_id, secret, version=max(SUPPORTED_VERSIONS))
+
+    def factory() -> Connection:
+        return Connection(handler=handler, max_frame_bytes=max_frame_bytes, max_inflight=max_inflight,
+                          on_close=on_close)
+
+    kwargs: dict[str, Any] = {}
+    if ssl is not None:
+        kwargs = {"ssl": ssl, "server_hostname": server_hostname or host}
+    try:
+        async with asyncio.timeout(timeout):
+            _, conn = await loop.create_connection(factory, host, port, **kwargs)
+    except TimeoutError:
+        raise ConnectionClosedError(f"connect to {host}:{port} timed out after {timeout}s") from None
+    try:
+        await conn._client_handshake(hs, timeout)
+    except ConnectionClosedError as e:
+        raise ConnectionClosedError(f"handshake with {host}:{port} failed: {e}") from None
+    except (HandshakeError, ProtocolError, RequestTimeoutError, asyncio.CancelledError):
+        conn.abort("handshake failed")
+        raise
+    return conn

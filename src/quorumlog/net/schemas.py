@@ -1,0 +1,88 @@
+"""The body table: which schema each (operation, kind) uses. docs/protocol.md mirrors this file.
+
+Raft peer operations (VOTE, HEART_BEAT, PULL, PUSH) and HA frames register their schemas with
+`register()` from the modules that define those messages.
+"""
+
+from __future__ import annotations
+
+from .bodies import (
+    ANY,
+    BOOL,
+    BYTES,
+    INDEX,
+    INT,
+    OPT_STR,
+    STR,
+    U16,
+    U32,
+    FieldType,
+    List,
+    Map,
+    Schema,
+    Str,
+)
+from .frames import Kind
+from .ops import Op
+
+REQUESTS: dict[int, Schema] = {}
+RESPONSES: dict[int, Schema] = {}
+ONEWAYS: dict[int, Schema] = {}
+_TABLES = {Kind.REQUEST: REQUESTS, Kind.RESPONSE: RESPONSES, Kind.ONEWAY: ONEWAYS}
+
+
+def register(op: Op | int, kind: Kind, schema: Schema, *, replace: bool = False) -> Schema:
+    """Add the schema of one (operation, kind); ValueError if one is there already (unless replace)."""
+    table = _TABLES[kind]
+    if op in table and not replace:
+        raise ValueError(f"{Op(op).name} {kind.name} already has schema {table[op]!r}")
+    table[op] = schema
+    return schema
+
+
+def _req(op: Op, *fields: tuple[str, FieldType]) -> Schema:
+    return register(op, Kind.REQUEST, Schema(f"{op.name.title().replace('_', '')}Request", fields))
+
+
+def _resp(op: Op, *fields: tuple[str, FieldType], generic_errors: bool = True) -> Schema:
+    name = f"{op.name.title().replace('_', '')}Response"
+    return register(op, Kind.RESPONSE, Schema(name, (("code", INT), *fields), generic_errors=generic_errors))
+
+
+NODE_ID = Str(255)
+GROUP = Str(255)
+
+# --- connection -------------------------------------------------------------------------------------
+HELLO_REQUEST = _req(Op.HELLO, ("version", U16), ("cluster", Str(255)), ("node_id", NODE_ID))
+# Always this layout, whatever the code, so the client can show the reason of a refusal.
+HELLO_RESPONSE = _resp(Op.HELLO, ("reason", STR), ("version", U16), ("node_id", NODE_ID), ("nonce", BYTES),
+                       ("auth_required", BOOL), generic_errors=False)
+AUTH_REQUEST = _req(Op.AUTH, ("proof", BYTES))
+AUTH_RESPONSE = _resp(Op.AUTH, ("reason", STR), generic_errors=False)
+GOODBYE = register(Op.GOODBYE, Kind.ONEWAY, Schema("Goodbye", [("code", INT), ("reason", STR)]))
+
+# --- client operations ------------------------------------------------------------------------------
+METADATA_REQUEST = _req(Op.METADATA, ("group", GROUP))
+METADATA_RESPONSE = _resp(Op.METADATA, ("group", GROUP), ("leader", OPT_STR), ("term", INT),
+                          ("peers", Map(STR)))
+APPEND_REQUEST = _req(Op.APPEND, ("group", GROUP), ("body", BYTES))
+APPEND_RESPONSE = _resp(Op.APPEND, ("index", INDEX), ("term", INT), ("pos", INT))
+APPEND_BATCH_REQUEST = _req(Op.APPEND_BATCH, ("group", GROUP), ("bodies", List(BYTES)))
+APPEND_BATCH_RESPONSE = _resp(Op.APPEND_BATCH, ("first_index", INDEX), ("term", INT),
+                              ("positions", List(INT)))
+GET_REQUEST = _req(Op.GET, ("group", GROUP), ("index", INDEX))
+GET_RESPONSE = _resp(Op.GET, ("entry", BYTES))  # one encoded entry: 48-byte header + body
+READ_REQUEST = _req(Op.READ, ("group", GROUP), ("from_index", INDEX), ("max_entries", U32),
+                    ("max_bytes", U32), ("include_control", BOOL))
+# entries: encoded entries back to back; next_index: where the next READ should start.
+READ_RESPONSE = _resp(Op.READ, ("entries", BYTES), ("next_index", INDEX), ("committed_index", INDEX))
+TAIL_REQUEST = _req(Op.TAIL, ("group", GROUP), ("from_index", INDEX), ("include_control", BOOL))
+TAIL_RESPONSE = _resp(Op.TAIL, ("committed_index", INDEX))
+TAIL_PUSH = register(Op.TAIL, Kind.ONEWAY, Schema("TailPush", [("entries", BYTES), ("next_index", INDEX),
+                                                               ("committed_index", INDEX)]))
+UNTAIL_REQUEST = _req(Op.UNTAIL, ("subscription", INT))  # the request id of the TAIL request
+UNTAIL_RESPONSE = _resp(Op.UNTAIL)
+STATUS_REQUEST = _req(Op.STATUS, ("group", OPT_STR))
+STATUS_RESPONSE = _resp(Op.STATUS, ("status", Map(ANY)))
+LEADERSHIP_TRANSFER_REQUEST = _req(Op.LEADERSHIP_TRANSFER, ("group", GROUP), ("target", NODE_ID))
+LEADERSHIP_TRANSFER_RESPONSE = _resp(Op.LEADERSHIP_TRANSFER, ("leader", OPT_STR), ("term", INT))

@@ -1,0 +1,86 @@
+"""The accepting side: serve() listens, runs HELLO on each connection and hands frames to a handler."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl as ssl_module
+from collections.abc import Callable
+
+from ..errors import ResponseCode
+from .connection import Connection, Handler
+from .frames import DEFAULT_MAX_FRAME_BYTES, SUPPORTED_VERSIONS
+from .hello import ServerHandshake
+
+log = logging.getLogger("quorumlog.net")
+
+
+class Server:
+    """A listening socket and its connections. `async with` closes it all."""
+
+    def __init__(self, server: asyncio.Server, connections: set[Connection]) -> None:
+        self._server = server
+        self.connections = connections  # established or still in HELLO
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def sockets(self) -> tuple[object, ...]:
+        return tuple(self._server.sockets)
+
+    def stop_accepting(self) -> None:
+        """Close the listening socket; open connections go on."""
+        self._server.close()
+
+    async def close(self, reason: str = "server shutting down", timeout: float = 5.0) -> None:
+        """Stop accepting, close every connection (flushing what is queued), wait for them, bounded."""
+        self._server.close()
+        conns = list(self.connections)
+        for c in conns:
+            c.close(reason, goodbye=ResponseCode.SUCCESS)  # SUCCESS: an orderly close, nothing was wrong
+        if conns:
+            await asyncio.wait([asyncio.ensure_future(c.wait_closed()) for c in conns], timeout=timeout)
+        for c in conns:
+            if not c._closed.done():
+                c.abort(reason)
+        await self._server.wait_closed()
+
+    async def __aenter__(self) -> Server:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def serve(host: str, port: int, handler: Handler, *, cluster: str, node_id: str = "server",
+                secret: str | bytes | None = None, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                ssl: ssl_module.SSLContext | None = None, hello_timeout: float = 5.0,
+                max_inflight: int = 4096, versions: frozenset[int] = SUPPORTED_VERSIONS,
+                on_established: Callable[[Connection], None] | None = None,
+                on_close: Callable[[Connection], None] | None = None, backlog: int = 1024) -> Server:
+    """Listen on host:port; each connection must pass HELLO (and AUTH when `secret` is set).
+
+    `handler(conn, frame)` then gets every request and one-way frame (see connection.Handler).
+    A malformed, truncated, oversized or unknown frame closes only the connection that sent it.
+    """
+    connections: set[Connection] = set()
+
+    def closed(conn: Connection) -> None:
+        connections.discard(conn)
+        if on_close is not None:
+            on_close(conn)
+
+    def factory() -> Connection:
+        conn = Connection(handler=handler, max_frame_bytes=max_frame_bytes,
+                          server_handshake=ServerHandshake(cluster, node_id, secret, versions=versions),
+                          hello_timeout=hello_timeout, max_inflight=max_inflight,
+                          on_made=connections.add, on_established=on_established, on_close=closed)
+        # Registered in connection_made: a TLS handshake that fails never makes (nor loses) the connection.
+        return conn
+
+    server = await asyncio.get_running_loop().create_server(factory, host, port, ssl=ssl, backlog=backlog)
+    log.info("listening on %s:%d%s", host, int(server.sockets[0].getsockname()[1]), " (TLS)" if ssl else "")
+    return Server(server, connections)

@@ -1,0 +1,125 @@
+"""Body schemas: strict types and arity; every malformed body is a ProtocolError."""
+
+from __future__ import annotations
+
+import contextlib
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quorumlog.errors import ResponseCode
+from quorumlog.net import schemas
+from quorumlog.net.bodies import (
+    ANY,
+    BOOL,
+    BYTES,
+    INT,
+    OPT_STR,
+    STR,
+    U16,
+    Bytes,
+    List,
+    Map,
+    Schema,
+    decode_response,
+    encode_error,
+)
+from quorumlog.net.errors import ProtocolError, ResponseError
+from quorumlog.net.frames import Kind
+from quorumlog.net.ops import DLEDGER_CODES, Op, from_dledger_code, op_name
+
+S = Schema("Sample", [("group", STR), ("index", INT), ("body", BYTES), ("flag", BOOL), ("leader", OPT_STR),
+                      ("items", List(BYTES)), ("peers", Map(STR))])
+
+
+def test_round_trip_with_attribute_access():
+    body = S.encode("g0", 42, memoryview(b"\x00\x01"), True, None, [b"a", bytearray(b"b")], {"n0": "h:1"})
+    r = S.decode(body)
+    assert (r.group, r.index, r.body, r.flag, r.leader, r.items, r.peers) == (
+        "g0", 42, b"\x00\x01", True, None, (b"a", b"b"), {"n0": "h:1"})
+    assert S.decode(memoryview(body)) == r
+
+
+@pytest.mark.parametrize("values,match", [
+    (["g0", 1, b"", True, None, []], "expected 7 fields"),
+    (["g0", 1, b"", True, None, [], {}, 1], "expected 7 fields"),
+    ([1, 1, b"", True, None, [], {}], "group: expected str"),
+    (["g0", True, b"", True, None, [], {}], "index: expected int"),
+    (["g0", 1.0, b"", True, None, [], {}], "index: expected int"),
+    (["g0", 2**63, b"", True, None, [], {}], "outside"),
+    (["g0", 1, "text", True, None, [], {}], "body: expected bytes"),
+    (["g0", 1, b"", 1, None, [], {}], "flag: expected bool"),
+    (["g0", 1, b"", True, 5, [], {}], "leader: expected str"),
+    (["g0", 1, b"", True, None, [b"a", "b"], {}], r"items\[1\]"),
+    (["g0", 1, b"", True, None, [], {"n0": 1}], "peers"),
+])
+def test_wrong_bodies_are_protocol_errors(values, match):
+    with pytest.raises(ProtocolError, match=match):
+        S.decode(msgpack.packb(values))
+    with pytest.raises(ProtocolError):
+        S.encode(*values)
+
+
+@pytest.mark.parametrize("raw", [
+    b"", b"\xc1", b"\x93\x01", msgpack.packb([1]) + b"\x00", msgpack.packb({"a": 1}), msgpack.packb(5),
+    msgpack.packb([msgpack.ExtType(5, b"x")] * 7), b"\x91" * 2000 + b"\x90",
+    msgpack.packb(["\udcff"], unicode_errors="surrogatepass"),
+])
+def test_malformed_msgpack_is_a_protocol_error(raw):
+    with pytest.raises(ProtocolError):
+        S.decode(raw)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=64))
+def test_random_bytes_never_escape_as_other_exceptions(raw):
+    for schema in (S, *schemas.REQUESTS.values(), *schemas.RESPONSES.values()):
+        with contextlib.suppress(ProtocolError):
+            schema.decode(raw)
+        with contextlib.suppress(ProtocolError, ResponseError):
+            decode_response(schema, raw)
+
+
+def test_bytes_length_limit_and_any():
+    short = Schema("Short", [("b", Bytes(4)), ("doc", ANY)])
+    assert short.decode(short.encode(b"1234", {"a": [1, "x", None, {"b": 2.5}]})).doc["a"][1] == "x"
+    with pytest.raises(ProtocolError, match="more than 4"):
+        short.decode(msgpack.packb([b"12345", None]))
+    with pytest.raises(ProtocolError):
+        short.decode(msgpack.packb([b"1", msgpack.ExtType(1, b"")]))
+
+
+def test_generic_error_response():
+    body = encode_error(ResponseCode.NOT_LEADER, "ask n1", "n1")
+    with pytest.raises(ResponseError) as ei:
+        decode_response(schemas.APPEND_RESPONSE, body)
+    assert ei.value.code == ResponseCode.NOT_LEADER and ei.value.leader == "n1" and ei.value.reason == "ask n1"
+    ok = schemas.APPEND_RESPONSE.encode(int(ResponseCode.SUCCESS), 7, 2, 4096)
+    assert decode_response(schemas.APPEND_RESPONSE, ok).index == 7
+    with pytest.raises(ProtocolError):
+        decode_response(schemas.APPEND_RESPONSE, msgpack.packb([404, 1, 2]))
+    with pytest.raises(ResponseError) as ei:
+        decode_response(schemas.APPEND_RESPONSE, encode_error(999, "?"))
+    assert ei.value.code == ResponseCode.UNKNOWN
+
+
+def test_non_generic_response_keeps_its_layout_on_failure():
+    body = schemas.HELLO_RESPONSE.encode(int(ResponseCode.UNSUPPORTED), "old", 1, "n0", b"", False)
+    assert decode_response(schemas.HELLO_RESPONSE, body).reason == "old"
+
+
+def test_register_refuses_duplicates():
+    with pytest.raises(ValueError):
+        schemas.register(Op.APPEND, Kind.REQUEST, Schema("X", [("a", U16)]))
+    assert Op.VOTE not in schemas.REQUESTS  # Raft bodies come with raft/messages.py
+
+
+def test_ops_fit_a_byte_and_map_to_dledger_codes():
+    assert all(0 < op <= 255 for op in Op)
+    assert DLEDGER_CODES[Op.VOTE] == 51001 and from_dledger_code(51004) is Op.PUSH
+    assert from_dledger_code(50001) is Op.APPEND
+    assert op_name(Op.GET) == "GET" and op_name(250) == "op#250"
+    with pytest.raises(KeyError):
+        from_dledger_code(1)
