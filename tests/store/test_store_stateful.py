@@ -1,0 +1,222 @@
+"""A FileStore and a MemoryStore driven by the same random operations must stay alike.
+
+Crashes are modelled two ways for the FileStore:
+- process crash: the object is dropped without flush or close. The page cache survives a process
+  crash, so everything written is still there: the FileStore must come back with exactly the log it
+  had. The MemoryStore's crash() loses the unflushed tail, so the FileStore must be a superset of it;
+  the FileStore is then truncated to the MemoryStore's end (allowed: no committed entry is above it)
+  and the two go on in lockstep.
+- power loss: as above, and then every segment file is put back to its content at the last flush
+  (segments created since are zeros: their allocation was fsynced; segments deleted stay deleted:
+  the deletion was fsynced). This is one legal outcome of losing everything not fdatasync'd. The
+  recovered log must be a prefix of the log as it was at the last flush (nothing unsynced survives)
+  and must contain the MemoryStore's surviving log (everything flushed survives, except what a
+  truncation since removed).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from store_helpers import log_of, small_config, state_of
+
+from quorumlog.entry import MAGIC_CONFIG, MAGIC_NOOP, MAGIC_NORMAL
+from quorumlog.errors import InvalidArgumentError, StoreError
+from quorumlog.store import MemoryStore
+from quorumlog.store.file_store import FileStore
+
+CFG = small_config(data_segment_bytes=16 * 1024, index_segment_bytes=32 * 16, max_body_bytes=4096)
+ALL = (1 << 30, 1 << 40)
+
+body_size = st.sampled_from([0, 1, 17, 300, 1500, 3000, 4000, 4096]) | st.integers(0, 4096)
+sizes = st.lists(body_size, min_size=1, max_size=12)
+magics = st.sampled_from([MAGIC_NORMAL, MAGIC_NORMAL, MAGIC_NORMAL, MAGIC_NOOP, MAGIC_CONFIG])
+
+
+def _bodies(sizes: list[int], salt: int) -> list[bytes]:
+    return [bytes((salt + i + j) % 251 for j in range(n)) for i, n in enumerate(sizes)]
+
+
+def _files(directory: str) -> dict[str, bytes]:
+    out = {}
+    for sub in ("data", "index"):
+        d = os.path.join(directory, sub)
+        for name in os.listdir(d):
+            with open(os.path.join(d, name), "rb") as f:
+                out[os.path.join(d, name)] = f.read()
+    return out
+
+
+class StoreMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = tempfile.mkdtemp(prefix="qlstate")
+        self.dir = os.path.join(self.tmp, "s")
+        self.mem = MemoryStore(CFG)
+        self.fs = FileStore(self.dir, CFG)
+        self.salt = 0
+        self._snapshot()
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _snapshot(self) -> None:
+        """Record what is durable: the files and the log as of this flush."""
+        self.synced_files = _files(self.dir)
+        self.synced_log = log_of(self.fs)
+
+    def _prune_snapshot(self) -> None:
+        present = set(_files(self.dir))
+        self.synced_files = {p: b for p, b in self.synced_files.items() if p in present}
+
+    def _drop_fs(self) -> None:
+        """Stop without flushing or closing: only the file descriptors go."""
+        self.fs.data.close()
+        self.fs.index.close()
+
+    def _log(self, store: Any) -> list[Any]:
+        return log_of(store)
+
+    def _resync_after_crash(self) -> None:
+        mem_log = self._log(self.mem)
+        fs_log = self._log(self.fs)
+        assert fs_log[:len(mem_log)] == mem_log
+        assert self.fs.committed_index == self.mem.committed_index
+        if self.fs.end_index > self.mem.end_index:
+            self.fs.truncate_after(self.mem.end_index)
+
+    # -- rules -----------------------------------------------------------------------------------
+    @rule(sizes=sizes, dterm=st.integers(0, 2), magic=magics)
+    def append(self, sizes: list[int], dterm: int, magic: int) -> None:
+        self.salt += 1
+        bodies = _bodies(sizes, self.salt)
+        term = self.mem.end_term + dterm
+        a = self.mem.append(bodies, term, magic)
+        b = self.fs.append(bodies, term, magic)
+        assert a == b
+
+    @precondition(lambda self: self.mem.end_term > 0)
+    @rule()
+    def append_lower_term(self) -> None:
+        for s in (self.mem, self.fs):
+            with pytest.raises(InvalidArgumentError):
+                s.append([b"x"], s.end_term - 1)
+
+    @rule(sizes=sizes, dterm=st.integers(0, 2), magic=magics, chunk=st.integers(1, 5))
+    def follower_append(self, sizes: list[int], dterm: int, magic: int, chunk: int) -> None:
+        leader = MemoryStore(CFG)
+        if self.mem.end_index >= 0:
+            leader.append_encoded(self.mem.read_raw(0, *ALL)[0])
+        self.salt += 1
+        leader.append(_bodies(sizes, self.salt), leader.end_term + dterm, magic)
+        start = self.mem.end_index + 1
+        while start <= leader.end_index:
+            raw, n = leader.read_raw(start, chunk, 1 << 20)
+            assert self.mem.append_encoded(raw) == start + n - 1
+            assert self.fs.append_encoded(raw) == start + n - 1
+            start += n
+        assert self._log(self.mem) == self._log(leader)
+
+    @rule(data=st.data())
+    def truncate(self, data: st.DataObject) -> None:
+        lo = self.mem.begin_index - 2
+        idx = data.draw(st.integers(lo, self.mem.end_index + 1))
+        if idx < self.mem.committed_index or idx < self.mem.begin_index - 1:
+            for s in (self.mem, self.fs):
+                with pytest.raises(StoreError):
+                    s.truncate_after(idx)
+        else:
+            self.mem.truncate_after(idx)
+            self.fs.truncate_after(idx)
+        self._prune_snapshot()
+
+    @rule(data=st.data())
+    def commit(self, data: st.DataObject) -> None:
+        idx = data.draw(st.integers(max(-1, self.mem.committed_index - 1), self.mem.end_index + 2))
+        self.mem.set_committed(idx)
+        self.fs.set_committed(idx)
+
+    @rule()
+    def flush(self) -> None:
+        assert self.mem.flush() == self.fs.flush() == self.mem.end_index
+        self._snapshot()
+
+    @rule()
+    def checkpoint(self) -> None:
+        self.mem.checkpoint()
+        self.fs.checkpoint()
+
+    @rule()
+    def reopen(self) -> None:
+        self.mem.close()
+        self.fs.close()
+        self.fs = FileStore(self.dir, CFG)
+        self._snapshot()  # close flushed everything
+
+    @rule()
+    def process_crash(self) -> None:
+        before = self._log(self.fs)
+        self.mem.crash()
+        self._drop_fs()
+        self.fs = FileStore(self.dir, CFG)
+        assert self._log(self.fs) == before  # the page cache kept every write
+        self._snapshot()  # recovery synced what it found
+        self._resync_after_crash()
+
+    @rule()
+    def power_loss(self) -> None:
+        self.mem.crash()
+        self._drop_fs()
+        self._prune_snapshot()
+        for path, now in _files(self.dir).items():
+            with open(path, "r+b") as f:
+                f.write(self.synced_files.get(path, bytes(len(now))))
+        self.fs = FileStore(self.dir, CFG)
+        fs_log = self._log(self.fs)
+        assert fs_log == self.synced_log[:len(fs_log)], "a write that was never synced survived"
+        self._snapshot()
+        self._resync_after_crash()
+
+    @rule(data=st.data(), include_control=st.booleans())
+    def read(self, data: st.DataObject, include_control: bool) -> None:
+        if self.mem.end_index < 0:
+            return
+        start = data.draw(st.integers(self.mem.begin_index, self.mem.end_index))
+        count = data.draw(st.integers(0, 20))
+        nbytes = data.draw(st.integers(0, 20000))
+        assert self.mem.read(start, count, nbytes, include_control) == \
+            self.fs.read(start, count, nbytes, include_control)
+        assert self.mem.read_raw(start, count, nbytes) == self.fs.read_raw(start, count, nbytes)
+        assert self.mem.get(start) == self.fs.get(start)
+
+    # -- checks ----------------------------------------------------------------------------------
+    @invariant()
+    def same_state(self) -> None:
+        assert state_of(self.mem) == state_of(self.fs)
+        assert self.mem.durable_index == self.fs.durable_index
+        assert self.mem.damage is None and self.fs.damage is None
+
+    @invariant()
+    def same_log(self) -> None:
+        mem_log = self._log(self.mem)
+        assert mem_log == self._log(self.fs)
+        if mem_log:
+            assert self.mem.read_raw(0, *ALL) == self.fs.read_raw(0, *ALL)
+            assert [self.fs.term_at(e[0]) for e in mem_log] == [e[1] for e in mem_log]
+
+    def teardown(self) -> None:
+        try:
+            self.fs.close()
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+StoreMachine.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+test_file_and_memory_store_agree = StoreMachine.TestCase

@@ -1,0 +1,182 @@
+"""The entry codec: round trips, index units, and that every flipped bit is detected."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quorumlog.entry import (
+    BLANK,
+    CHAIN_SPAN,
+    HEADER_SIZE,
+    INDEX_UNIT,
+    INDEX_UNIT_SIZE,
+    MAGIC_CONFIG,
+    MAGIC_NOOP,
+    MAGIC_NORMAL,
+    Entry,
+    check_entry,
+    decode_entries,
+    decode_header,
+    encode_entry,
+    encode_run,
+    replica_digest,
+)
+from quorumlog.errors import CorruptEntryError
+
+MAX_BODY = 4096
+magics = st.sampled_from([MAGIC_NORMAL, MAGIC_NOOP, MAGIC_CONFIG])
+u32 = st.integers(0, 2**32 - 1)
+i63 = st.integers(0, 2**63 - 1)
+bodies = st.lists(st.binary(max_size=200), min_size=1, max_size=20)
+
+
+def test_layout_constants() -> None:
+    assert HEADER_SIZE == 48 and INDEX_UNIT_SIZE == 32 and CHAIN_SPAN == 36 and BLANK.size == 8
+
+
+def test_header_is_big_endian_and_in_design_order() -> None:
+    raw, chain = encode_entry(MAGIC_NOOP, 0x0102030405060708, 9, 0x11, b"xyz", 0)
+    magic, size, index, term, pos, channel, chain_crc, body_crc, body_size = struct.unpack(">iiqqqiIIi", raw[:48])
+    assert (magic, size, index, term, pos, channel) == (2, 51, 0x0102030405060708, 9, 0x11, 0)
+    assert chain_crc == chain == zlib.crc32(raw[:36], 0)
+    assert body_crc == zlib.crc32(b"xyz") and body_size == 3 and raw[48:] == b"xyz"
+
+
+@given(magic=magics, index=i63, term=i63, pos=i63, body=st.binary(max_size=600), prev=u32)
+def test_encode_entry_round_trip(magic: int, index: int, term: int, pos: int, body: bytes, prev: int) -> None:
+    raw, chain = encode_entry(magic, index, term, pos, body, prev)
+    assert len(raw) == HEADER_SIZE + len(body)
+    h = check_entry(raw, 0, prev, MAX_BODY)
+    assert h == (magic, len(raw), index, term, pos, 0, chain, zlib.crc32(body), len(body))
+    assert decode_header(raw) == decode_header(raw, 0)
+    assert decode_header(raw).chain_crc == chain
+    assert decode_entries(raw, MAX_BODY, prev) == [Entry(index, term, pos, body, magic)]
+    # The chain is seeded: a different predecessor does not verify.
+    with pytest.raises(CorruptEntryError, match="chain"):
+        check_entry(raw, 0, prev ^ 1, MAX_BODY)
+
+
+@given(bodies=bodies, magic=magics, first=st.integers(0, 2**40), term=st.integers(0, 2**40),
+       first_pos=st.integers(0, 2**40), prev=u32)
+def test_encode_run_matches_encode_entry(bodies: list[bytes], magic: int, first: int, term: int, first_pos: int,
+                                         prev: int) -> None:
+    positions: list[int] = [-7]
+    data, units, last_chain = encode_run(bodies, magic, first, term, first_pos, prev, positions)
+    assert positions[0] == -7  # appended to, not replaced
+    positions = positions[1:]
+    expected = bytearray()
+    chain = prev
+    for i, b in enumerate(bodies):
+        raw, chain = encode_entry(magic, first + i, term, first_pos + len(expected), b, chain)
+        assert positions[i] == first_pos + len(expected)
+        expected += raw
+    assert bytes(data) == bytes(expected) and last_chain == chain
+    assert len(units) == INDEX_UNIT_SIZE * len(bodies)
+    for i, b in enumerate(bodies):
+        unit = INDEX_UNIT.unpack_from(units, i * INDEX_UNIT_SIZE)
+        assert unit == (magic, positions[i], HEADER_SIZE + len(b), first + i, term)
+    decoded = decode_entries(data, MAX_BODY, prev)
+    assert [(e.index, e.term, e.pos, e.body, e.magic) for e in decoded] == [
+        (first + i, term, positions[i], b, magic) for i, b in enumerate(bodies)]
+    # Decoding from a memoryview and from bytes gives the same.
+    assert decode_entries(memoryview(bytes(data)), MAX_BODY, prev) == decoded
+
+
+@given(bodies=bodies, prev=u32)
+def test_decode_entries_detects_a_lost_middle_entry(bodies: list[bytes], prev: int) -> None:
+    if len(bodies) < 3:
+        bodies = bodies + [b"a", b"b"]
+    positions: list[int] = []
+    data, _units, _c = encode_run(bodies, MAGIC_NORMAL, 5, 1, 0, prev, positions)
+    cut_from = positions[1] - positions[0]
+    cut_to = positions[2] - positions[0]
+    with pytest.raises(CorruptEntryError, match="chain"):
+        decode_entries(bytes(data[:cut_from]) + bytes(data[cut_to:]), MAX_BODY, prev)
+
+
+def _flip_all_bits(raw: bytes, prev: int, bit_positions: range | list[int]) -> None:
+    for bit in bit_positions:
+        bad = bytearray(raw)
+        bad[bit // 8] ^= 1 << (bit % 8)
+        with pytest.raises(CorruptEntryError):
+            check_entry(bad, 0, prev, MAX_BODY)
+        with pytest.raises(CorruptEntryError):
+            decode_entries(bad, MAX_BODY, prev)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 33])
+@pytest.mark.parametrize("magic", [MAGIC_NORMAL, MAGIC_NOOP, MAGIC_CONFIG])
+def test_every_flipped_bit_of_a_small_entry_is_detected(n: int, magic: int) -> None:
+    raw, _ = encode_entry(magic, 123456, 7, 98765, bytes(range(n)), 0xDEADBEEF)
+    _flip_all_bits(raw, 0xDEADBEEF, range(len(raw) * 8))
+
+
+@settings(max_examples=60)
+@given(body=st.binary(min_size=100, max_size=MAX_BODY), prev=u32, data=st.data())
+def test_sampled_flipped_bits_of_larger_entries_are_detected(body: bytes, prev: int, data: st.DataObject) -> None:
+    raw, _ = encode_entry(MAGIC_NORMAL, 42, 3, 4096, body, prev)
+    # Every header bit, plus a sample of body bits.
+    picks = data.draw(st.lists(st.integers(HEADER_SIZE * 8, len(raw) * 8 - 1), min_size=1, max_size=40))
+    _flip_all_bits(raw, prev, list(range(HEADER_SIZE * 8)) + picks)
+
+
+def test_unseeded_check_still_catches_body_and_size_damage() -> None:
+    """With prev_chain None the header fields the chain covers go unchecked (the predecessor is
+    unknown; a magic may turn into another valid one), but sizes, body CRC and body still are."""
+    raw, _ = encode_entry(MAGIC_NORMAL, 1, 1, 0, b"hello", 0)
+    checked = [*range(4, 8), *range(40, len(raw))]  # size, body_crc, body_size, body
+    for byte in checked:
+        for b in range(8):
+            bad = bytearray(raw)
+            bad[byte] ^= 1 << b
+            with pytest.raises(CorruptEntryError):
+                check_entry(bad, 0, None, MAX_BODY)
+
+
+@given(body=st.binary(max_size=300), cut=st.data())
+def test_truncated_entries_are_detected(body: bytes, cut: st.DataObject) -> None:
+    raw, _ = encode_entry(MAGIC_NORMAL, 0, 1, 0, body, 0)
+    n = cut.draw(st.integers(0, len(raw) - 1))
+    with pytest.raises(CorruptEntryError, match="truncated"):
+        check_entry(raw[:n], 0, 0, MAX_BODY)
+    if n:
+        with pytest.raises(CorruptEntryError):
+            decode_entries(raw[:n], MAX_BODY, 0)
+
+
+def test_check_entry_at_an_offset_and_limits() -> None:
+    raw, chain = encode_entry(MAGIC_NORMAL, 3, 2, 100, b"abc", 77)
+    buf = b"\x00" * 13 + raw + b"\xff" * 5
+    assert check_entry(buf, 13, 77, MAX_BODY)[6] == chain
+    with pytest.raises(CorruptEntryError, match="sizes"):
+        check_entry(raw, 0, 77, 2)  # body over the maximum
+    blank = BLANK.pack(-1, 100) + bytes(40)
+    with pytest.raises(CorruptEntryError, match="magic"):
+        check_entry(blank, 0, 0, MAX_BODY)
+    with pytest.raises(CorruptEntryError, match="magic"):
+        check_entry(bytes(HEADER_SIZE), 0, 0, MAX_BODY)
+
+
+def test_decode_entries_of_nothing() -> None:
+    assert decode_entries(b"", MAX_BODY) == []
+
+
+@given(st.lists(st.tuples(i63, i63, magics, st.binary(max_size=50)), max_size=10))
+def test_replica_digest_depends_on_index_term_magic_body_only(items: list[tuple[int, int, int, bytes]]) -> None:
+    a = [Entry(i, t, 0, b, m) for i, t, m, b in items]
+    b = [Entry(i, t, 999, b, m) for i, t, m, b in items]
+    assert replica_digest(a) == replica_digest(b)
+    if items:
+        i, t, m, bd = items[-1]
+        c = a[:-1] + [Entry(i, t ^ 1, 0, bd, m)]
+        assert replica_digest(c) != replica_digest(a)
+
+
+def test_entry_is_control() -> None:
+    assert not Entry(0, 1, 0, b"").is_control
+    assert Entry(0, 1, 0, b"", MAGIC_NOOP).is_control and Entry(0, 1, 0, b"", MAGIC_CONFIG).is_control
