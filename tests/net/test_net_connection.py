@@ -421,3 +421,31 @@ def test_pipelined_reads_pause_at_max_inflight():
             conn.close()
             await conn.wait_closed()
     arun(main())
+
+
+def test_deadlines_of_mixed_timeouts_and_stale_entries_are_bounded():
+    async def main() -> None:
+        held: list[tuple[Connection, Frame]] = []
+
+        def maybe_hold(conn: Connection, f: Frame) -> bytes | None:
+            if bytes(f.body) == b"hold":
+                held.append((conn, f))
+                return None
+            return bytes(f.body)
+
+        async with await serve(HOST, 0, maybe_hold, cluster=CLUSTER) as server:
+            conn = await connect(HOST, server.port, cluster=CLUSTER)
+            slow = conn.send_request(Op.GET, b"hold", timeout=30)
+            fast = conn.send_request(Op.GET, b"hold", timeout=0.05)
+            with pytest.raises(RequestTimeoutError):
+                await fast
+            assert not slow.done()
+            for _ in range(10):
+                await asyncio.gather(*(conn.send_request(Op.GET, b"ok", timeout=60) for _i in range(500)))
+            assert len(conn._deadlines) < 3000  # answered requests do not pile up
+            c, f = held[0]
+            c.respond(f, b"done")
+            assert bytes((await slow).body) == b"done"
+            conn.close()
+            await conn.wait_closed()
+    arun(main())
