@@ -449,3 +449,22 @@ def test_deadlines_of_mixed_timeouts_and_stale_entries_are_bounded():
             conn.close()
             await conn.wait_closed()
     arun(main())
+
+
+def test_oversized_response_becomes_an_error_not_a_dead_connection():
+    async def main() -> None:
+        def big(conn: Connection, f: Frame) -> bytes:
+            return b"x" * 5000
+
+        async with await serve(HOST, 0, big, cluster=CLUSTER, max_frame_bytes=4096) as server:
+            conn = await connect(HOST, server.port, cluster=CLUSTER, max_frame_bytes=4096)
+            f = await conn.request(Op.GET, b"", timeout=5)
+            with pytest.raises(ResponseError, match="exceeds max_frame_bytes") as ei:
+                decode_response(sc.GET_RESPONSE, f.body)
+            assert ei.value.code == ResponseCode.INTERNAL_ERROR
+            with pytest.raises(ValueError):
+                conn.send_request(Op.GET, b"y" * 5000)
+            assert conn.in_flight == 0
+            conn.close()
+            await conn.wait_closed()
+    arun(main())

@@ -246,7 +246,11 @@ class Connection(asyncio.Protocol):
             return
         if self._closing:
             return
-        self._write(RESPONSE, request.op, rid, body)
+        try:
+            self._write(RESPONSE, request.op, rid, body)
+        except ValueError as e:  # a response over max_frame_bytes: tell the requester, keep the connection
+            log.error("%r: cannot send %s response: %s", self, op_name(request.op), e)
+            self._write(RESPONSE, request.op, rid, encode_error(ResponseCode.INTERNAL_ERROR, str(e)))
         if self._reading_paused and len(self._open) <= self._max_inflight // 2 and self._transport is not None:
             self._reading_paused = False
             self._transport.resume_reading()
