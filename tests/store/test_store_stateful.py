@@ -6,9 +6,11 @@ Crashes are modelled two ways for the FileStore:
   had. The MemoryStore's crash() loses the unflushed tail, so the FileStore must be a superset of it;
   the FileStore is then truncated to the MemoryStore's end (allowed: no committed entry is above it)
   and the two go on in lockstep.
-- power loss: as above, and then every segment file is put back to its content at the last flush
-  (segments created since are zeros: their allocation was fsynced; segments deleted stay deleted:
-  the deletion was fsynced). This is one legal outcome of losing everything not fdatasync'd. The
+- power loss: as above, and then every segment file is put back to its content when it was last
+  synced: data segments at the last flush, index segments at the last checkpoint (flush syncs only
+  data; recovery rebuilds the index past the checkpoint's anchor). Segments created since are zeros
+  (their allocation was fsynced), segments deleted stay deleted (the deletion was fsynced), spare
+  segments are zeros. This is one legal outcome of losing everything not fdatasync'd. The
   recovered log must be a prefix of the log as it was at the last flush (nothing unsynced survives)
   and must contain the MemoryStore's surviving log (everything flushed survives, except what a
   truncation since removed).
@@ -44,9 +46,9 @@ def _bodies(sizes: list[int], salt: int) -> list[bytes]:
     return [bytes((salt + i + j) % 251 for j in range(n)) for i, n in enumerate(sizes)]
 
 
-def _files(directory: str) -> dict[str, bytes]:
+def _files(directory: str, subs: tuple[str, ...] = ("data", "index")) -> dict[str, bytes]:
     out = {}
-    for sub in ("data", "index"):
+    for sub in subs:
         d = os.path.join(directory, sub)
         for name in os.listdir(d):
             with open(os.path.join(d, name), "rb") as f:
@@ -62,13 +64,15 @@ class StoreMachine(RuleBasedStateMachine):
         self.mem = MemoryStore(CFG)
         self.fs = FileStore(self.dir, CFG)
         self.salt = 0
+        self.synced_files: dict[str, bytes] = {}
         self._snapshot()
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _snapshot(self) -> None:
-        """Record what is durable: the files and the log as of this flush."""
-        self.synced_files = _files(self.dir)
-        self.synced_log = log_of(self.fs)
+    def _snapshot(self, subs: tuple[str, ...] = ("data", "index")) -> None:
+        """Record what is durable: the files synced now, and the log as of the last data sync."""
+        self.synced_files.update(_files(self.dir, subs))
+        if "data" in subs:
+            self.synced_log = log_of(self.fs)
 
     def _prune_snapshot(self) -> None:
         present = set(_files(self.dir))
@@ -144,12 +148,13 @@ class StoreMachine(RuleBasedStateMachine):
     @rule()
     def flush(self) -> None:
         assert self.mem.flush() == self.fs.flush() == self.mem.end_index
-        self._snapshot()
+        self._snapshot(("data",))
 
     @rule()
     def checkpoint(self) -> None:
         self.mem.checkpoint()
         self.fs.checkpoint()
+        self._snapshot(("index",))
 
     @rule()
     def reopen(self) -> None:

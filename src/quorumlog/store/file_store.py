@@ -287,6 +287,8 @@ class FileStore:
         self._end = last_index
         self._end_term = last_term
         if self._damage is not None and self._end >= self._damage.committed_index:
+            # The lost committed entries are back: they are committed again.
+            self._committed = max(self._committed, self._damage.committed_index)
             self._damage = None
             self._committed_floor = -1
         return self._end

@@ -205,4 +205,5 @@ class MemoryStore:
 
     def _heal(self) -> None:
         if self._damage is not None and self.end_index >= self._damage.committed_index:
+            self._committed = max(self._committed, self._damage.committed_index)
             self._damage = None

@@ -42,7 +42,13 @@ def _anchor_ok(data: SegmentList, index: SegmentList, cp: Checkpoint, max_body: 
         h = check_entry(seg.view, cp.anchor_pos - seg.start, None, max_body)
     except CorruptEntryError:
         return False
-    return h[2] == cp.anchor_index and h[4] == cp.anchor_pos and h[6] == cp.anchor_chain
+    if h[2] != cp.anchor_index or h[4] != cp.anchor_pos or h[6] != cp.anchor_chain:
+        return False
+    # The scan rebuilds only units after the anchor: a damaged anchor unit means a damaged index.
+    uoff = cp.anchor_index * INDEX_UNIT_SIZE
+    useg = index.find(uoff)
+    unit = INDEX_UNIT.pack(h[0], cp.anchor_pos, h[1], h[2], h[3])
+    return useg is not None and useg.view[uoff - useg.start:uoff - useg.start + INDEX_UNIT_SIZE] == unit
 
 
 def scan(data: SegmentList, index: SegmentList, cp: Checkpoint, max_body: int) -> Scan:

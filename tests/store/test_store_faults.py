@@ -1,0 +1,200 @@
+"""Disk faults through an injecting file layer: the store fails stop and never calls unsynced data durable."""
+
+from __future__ import annotations
+
+import errno
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from store_helpers import body, log_of, small_config
+
+from quorumlog.errors import DiskError, StoreError
+from quorumlog.store import MemoryStore
+from quorumlog.store.file_store import FileStore
+from quorumlog.store.vfs import OsFiles
+
+
+class FaultyFiles(OsFiles):
+    """Fails the Nth call (counted from arm()) of one operation with EIO. Only calls made by the
+    test's thread count, so background segment allocation does not shift the count."""
+
+    def __init__(self) -> None:
+        self.op: str | None = None
+        self.countdown = 0
+        self.fired = 0
+        self.owner = threading.get_ident()
+
+    def arm(self, op: str, nth: int) -> None:
+        self.op, self.countdown = op, nth
+
+    def _maybe_fail(self, op: str) -> None:
+        if self.op == op and threading.get_ident() == self.owner:
+            self.countdown -= 1
+            if self.countdown == 0:
+                self.op = None
+                self.fired += 1
+                raise OSError(errno.EIO, f"injected {op} failure")
+
+    def pwrite(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+        self._maybe_fail("pwrite")
+        super().pwrite(fd, data, offset)
+
+    def fdatasync(self, fd: int) -> None:
+        self._maybe_fail("fdatasync")
+        super().fdatasync(fd)
+
+    def fsync(self, fd: int) -> None:
+        self._maybe_fail("fsync")
+        super().fsync(fd)
+
+
+CFG = small_config(data_segment_bytes=16 * 1024, index_segment_bytes=32 * 16, max_body_bytes=4096)
+
+
+def _batches(start: int, rounds: int) -> list[list[bytes]]:
+    return [[body(start + 10 * r + i, 100 + 997 * ((r + i) % 4)) for i in range(1 + r % 5)] for r in range(rounds)]
+
+
+def _assert_failed_stop(s: FileStore, durable: int) -> None:
+    assert s.durable_index == durable
+    for op in (lambda: s.append([b"x"], 9), lambda: s.flush(), lambda: s.checkpoint(),
+               lambda: s.truncate_after(s.end_index - 1), lambda: s.save_vote(9, "n1"),
+               lambda: s.append_encoded(b""), lambda: s.expire(-1, 1e12)):
+        with pytest.raises(DiskError):
+            op()
+    assert s.durable_index == durable
+    s.close()  # releases files without syncing or checkpointing
+    s.close()
+
+
+def _reopen_and_check(path: Path, reference: MemoryStore, durable: int) -> FileStore:
+    s = FileStore(path, CFG)
+    got = log_of(s)
+    want = log_of(reference)
+    assert s.end_index >= durable, "lost entries that were reported durable"
+    assert got == want[:len(got)], "recovered entries that were never written as such"
+    # the store works again
+    a = s.append([b"after"], max(s.end_term, 1))
+    assert a.first_index == s.end_index and s.get(s.end_index).body == b"after"
+    return s
+
+
+@pytest.mark.parametrize("op", ["pwrite", "fdatasync"])
+@pytest.mark.parametrize("nth", [1, 2, 3, 5, 8, 13])
+def test_write_or_sync_failure_fails_stop(tmp_path: Path, op: str, nth: int) -> None:
+    files = FaultyFiles()
+    ref = MemoryStore(CFG)
+    s = FileStore(tmp_path / "s", CFG, files=files)
+    for b in _batches(0, 6):
+        s.append(b, 1)
+        ref.append(b, 1)
+    s.set_committed(3)
+    durable = s.flush()
+    s.checkpoint()
+    files.arm(op, nth)
+    with pytest.raises(DiskError):
+        for r, b in enumerate(_batches(1000, 40)):
+            ref.append(b, 2)
+            s.append(b, 2)
+            if r % 3 == 2:
+                s.flush()
+                durable = s.durable_index
+    assert files.fired == 1
+    _assert_failed_stop(s, durable)
+    _reopen_and_check(tmp_path / "s", ref, durable).close()
+
+
+@pytest.mark.parametrize("nth", [1, 2, 3])
+def test_follower_append_write_failure(tmp_path: Path, nth: int) -> None:
+    files = FaultyFiles()
+    leader = MemoryStore(CFG)
+    for b in _batches(0, 12):
+        leader.append(b, 1)
+    s = FileStore(tmp_path / "s", CFG, files=files)
+    raw, n = leader.read_raw(0, 5, 1 << 20)
+    s.append_encoded(raw)
+    durable = s.flush()
+    files.arm("pwrite", nth)
+    with pytest.raises(DiskError):
+        while s.end_index < leader.end_index:
+            raw, n = leader.read_raw(s.end_index + 1, 3, 1 << 20)
+            s.append_encoded(raw)
+    _assert_failed_stop(s, durable)
+    _reopen_and_check(tmp_path / "s", leader, durable).close()
+
+
+def test_failed_fsync_is_not_retried_into_success(tmp_path: Path) -> None:
+    """After a failed fdatasync the dirty pages may already be dropped: a retry that 'succeeds'
+    proves nothing, so the store must not offer one."""
+    files = FaultyFiles()
+    s = FileStore(tmp_path / "s", CFG, files=files)
+    s.append([b"a"], 1)
+    files.arm("fdatasync", 1)
+    with pytest.raises(DiskError):
+        s.flush()
+    with pytest.raises(DiskError):
+        s.flush()
+    assert s.durable_index == -1
+    s.close()
+
+
+def test_checkpoint_write_failure(tmp_path: Path) -> None:
+    files = FaultyFiles()
+    ref = MemoryStore(CFG)
+    s = FileStore(tmp_path / "s", CFG, files=files)
+    for b in _batches(0, 5):
+        s.append(b, 1)
+        ref.append(b, 1)
+    s.set_committed(4)
+    durable = s.flush()
+    files.arm("fsync", 1)  # the temp file's fsync in the atomic replace
+    with pytest.raises(DiskError):
+        s.checkpoint()
+    _assert_failed_stop(s, durable)
+    _reopen_and_check(tmp_path / "s", ref, durable).close()
+
+
+def test_vote_write_failure_keeps_the_old_vote(tmp_path: Path) -> None:
+    files = FaultyFiles()
+    s = FileStore(tmp_path / "s", CFG, files=files)
+    s.save_vote(2, "n0")
+    files.arm("fsync", 1)
+    with pytest.raises(DiskError):
+        s.save_vote(3, "n1")
+    assert s.load_vote() == (2, "n0")
+    s.close()
+    s = FileStore(tmp_path / "s", CFG)
+    assert s.load_vote() == (2, "n0")
+    s.close()
+
+
+def test_failure_while_rolling_to_a_new_segment(tmp_path: Path) -> None:
+    files = FaultyFiles()
+    ref = MemoryStore(CFG)
+    s = FileStore(tmp_path / "s", CFG, files=files)
+    while s.write_pos < CFG.data_segment_bytes - 3000:
+        b = [body(s.end_index + 1, 1000)]
+        s.append(b, 1)
+        ref.append(b, 1)
+    durable = s.flush()
+    big = [body(9000 + i, 2500) for i in range(3)]  # crosses the segment end: blank, then a new segment
+    files.arm("pwrite", 2)
+    ref.append(big, 1)
+    with pytest.raises(DiskError):
+        s.append(big, 1)
+    _assert_failed_stop(s, durable)
+    _reopen_and_check(tmp_path / "s", ref, durable).close()
+
+
+def test_store_error_types(tmp_path: Path) -> None:
+    assert issubclass(DiskError, StoreError)
+    files: Any = FaultyFiles()
+    s = FileStore(tmp_path / "s", CFG, files=files)
+    files.arm("pwrite", 1)
+    with pytest.raises(DiskError) as info:
+        s.append([b"x"], 1)
+    assert info.value.code.name == "DISK_ERROR"
+    assert isinstance(info.value.__cause__, OSError)
+    s.close()
