@@ -376,7 +376,7 @@ class FileStore:
         and <= safe_index, when older than file_reserved_hours or while disk use is at or past
         disk_clean_ratio. Returns how many entries were removed."""
         self._check_writable()
-        limit = min(safe_index, self._committed)
+        limit = min(safe_index, self._committed, self._flushed)  # never unsynced entries
         segs = self.data.segments
         drop = 0  # how many leading segments go
         new_begin, new_pos = self._begin, self._begin_pos
