@@ -207,9 +207,7 @@ def test_lost_committed_entries_are_reported(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("damage", [
     "garbage-units", "zero-units", "delete-dir",
-    pytest.param("delete-segment", marks=pytest.mark.xfail(
-        strict=True, raises=StoreError,
-        reason="a missing middle index segment is refused as a gap (as for data) instead of rebuilt")),
+    "delete-segment",
 ])
 def test_damaged_index_is_rebuilt_from_data(tmp_path: Path, damage: str) -> None:
     d = tmp_path / "s"
@@ -284,9 +282,6 @@ def test_interrupted_segment_allocation_is_completed(tmp_path: Path) -> None:
         s.close()
 
 
-@pytest.mark.xfail(strict=True, raises=CorruptEntryError,
-                   reason="recovery rebuilds index units only past the checkpoint's anchor (and the anchor's "
-                          "own); a damaged unit below it is found by reads, not repaired at open")
 def test_single_damaged_index_unit_below_the_anchor_is_rebuilt(tmp_path: Path) -> None:
     d = tmp_path / "s"
     log = _committed_store(d)

@@ -41,7 +41,7 @@ from ..errors import (
 )
 from .base import Appended, Damage, check_bodies, place, verify_run
 from .checkpoint import Checkpoint, read_checkpoint, read_vote, write_checkpoint, write_vote
-from .recovery import Scan, scan
+from .recovery import Scan, WalkError, scan, walk
 from .segments import SegmentList
 from .vfs import OsFiles
 
@@ -102,7 +102,7 @@ class FileStore:
     # -- recovery ------------------------------------------------------------------------------
     def _recover(self, repair: bool) -> None:
         self.notes += self.data.load()
-        self.notes += self.index.load()
+        self.notes += self.index.load(cache=True)
         cp = read_checkpoint(self.dir)
         self._vote = read_vote(self.dir)
         # Segments wholly before the checkpointed begin were being expired when the process stopped.
@@ -437,10 +437,43 @@ class FileStore:
         """The index unit of `index` (magic, pos, size, index, term), checked against the index."""
         if not self._begin <= index <= self._end:
             raise IndexOutOfRangeError(f"index {index} outside [{self._begin}, {self._end}]")
-        u = _unit(self.index.view(index * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE))
-        if u[3] != index or u[2] < HEADER_SIZE:
-            raise CorruptEntryError(f"{self.dir}: index unit of entry {index} is damaged")
+        u = self._raw_unit(index)
+        return u if u is not None else self._rebuild_unit(index)
+
+    def _raw_unit(self, index: int) -> tuple[int, int, int, int, int] | None:
+        """The index unit of `index` if it looks sound, else None."""
+        seg = self.index.find(index * INDEX_UNIT_SIZE)
+        if seg is None:
+            return None
+        u = _unit(seg.view, index * INDEX_UNIT_SIZE - seg.start)
+        if u[3] != index or u[2] < HEADER_SIZE or u[0] not in VALID_MAGICS:
+            return None
         return u
+
+    def _rebuild_unit(self, index: int) -> tuple[int, int, int, int, int]:
+        """Index units are a cache of the data: find the nearest sound unit before `index`, walk the
+        data from there and rewrite the units up to `index` (recovery checks only the tail's units)."""
+        j = index - 1
+        u = None
+        while j >= self._begin and (u := self._raw_unit(j)) is None:
+            j -= 1
+        if u is not None:
+            pos = u[1] + u[2]
+            chain: int | None = int.from_bytes(self.data.view(u[1] + 36, 4), "big")
+            term = u[4]
+        else:
+            pos, chain, term = self._begin_pos, self._begin_chain, 0
+        try:
+            for _view, _rel, h in walk(self.data, pos, j + 1, chain, term, self._max_body):
+                unit = (h[0], h[4], h[1], h[2], h[3])
+                self.index.write(h[2] * INDEX_UNIT_SIZE, INDEX_UNIT.pack(*unit))
+                if h[2] == index:
+                    self.notes.append(f"rebuilt index units {j + 1}..{index} from the data")
+                    return unit
+        except (WalkError, OSError) as e:
+            raise CorruptEntryError(f"{self.dir}: index unit of entry {index} is damaged and the data "
+                                    f"cannot rebuild it: {e}") from None
+        raise CorruptEntryError(f"{self.dir}: index unit of entry {index} is damaged; the data ends before it")
 
     def _prev_chain(self, index: int) -> int | None:
         if index > self._begin:

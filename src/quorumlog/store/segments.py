@@ -44,8 +44,11 @@ class SegmentList:
         self._spare: tuple[str, threading.Thread, list[int | BaseException]] | None = None
 
     # -- loading -------------------------------------------------------------------------------
-    def load(self) -> list[str]:
-        """Open the segment files found; return problems that were repaired (stray files)."""
+    def load(self, cache: bool = False) -> list[str]:
+        """Open the segment files found; return problems that were repaired.
+
+        With `cache` (the index, which is rebuilt from data), segments after a gap are removed
+        instead of refusing the list: recovery rebuilds what they held."""
         notes = []
         names = []
         for name in self.files.listdir(self.dir):
@@ -64,7 +67,11 @@ class SegmentList:
             if start % self.size:
                 raise StoreError(f"{path}: start offset is not a multiple of the segment size {self.size}")
             if prev is not None and start != prev + self.size:
-                raise StoreError(f"{path}: segment missing before it (previous starts at {prev})")
+                if not cache:
+                    raise StoreError(f"{path}: segment missing before it (previous starts at {prev})")
+                notes.append(f"{path}: removed, a segment is missing before it (rebuilt from data)")
+                self.files.unlink(path)
+                continue
             fd = self.files.open(path)
             actual = self.files.size(fd)
             if actual > self.size:
