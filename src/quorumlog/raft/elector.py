@@ -1,0 +1,300 @@
+"""Elections, heartbeats, check-quorum and leadership transfer (DLedger's DLedgerLeaderElector).
+
+- A follower that hears no leader for `max_heartbeat_leak` heartbeat intervals plus a random back-off
+  starts a pre-vote round: it asks for votes for term + 1 without raising its own term, and only after a
+  majority would grant them does it campaign for real (DLedger raises its term only after
+  WAIT_TO_VOTE_NEXT; the pre-vote keeps a partitioned node from inflating terms on its return).
+- Voters grant a vote only to a log at least as up to date as theirs (Raft §5.4.1), and, with
+  check-quorum, ignore candidates while they still hear from a leader (the leader lease) unless the
+  campaign comes from a leadership transfer.
+- A leader heartbeats every interval and steps down when it has heard from no majority for an election
+  timeout (check-quorum), so a partitioned leader stops accepting appends.
+- Leadership transfer: refused when the target lags more than `max_transfer_lag`; once the target has
+  every entry the leader sends TimeoutNow and the target campaigns at once.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from ..config import RaftConfig
+from ..errors import ResponseCode
+from ..store.base import LogStore
+from .member import MemberState
+from .messages import HeartbeatRequest, Role, TimeoutNow, VoteRequest, VoteResponse
+from .ready import TRANSFER, Completion, Ready
+
+if TYPE_CHECKING:
+    from .node import RaftNode
+
+SUCCESS = int(ResponseCode.SUCCESS)
+
+
+class Elector:
+    """Timers and vote bookkeeping of one node. Role transitions themselves belong to the node."""
+
+    __slots__ = ("node", "member", "store", "config", "rng", "election_timeout", "deadline",
+                 "last_leader_contact", "pre_candidate", "votes", "next_heartbeat", "leader_since",
+                 "peer_seen", "transfer_target", "transfer_deadline", "transfer_request", "transfer_sent",
+                 "next_preferred_check")
+
+    def __init__(self, node: RaftNode, member: MemberState, store: LogStore, config: RaftConfig,
+                 rng: random.Random) -> None:
+        self.node = node
+        self.member = member
+        self.store = store
+        self.config = config
+        self.rng = rng
+        self.election_timeout = config.election_timeout_ms
+        self.deadline: int | None = None
+        self.last_leader_contact: int | None = None
+        self.pre_candidate = False
+        self.votes: dict[str, bool] = {}
+        self.next_heartbeat = 0
+        self.leader_since = 0
+        self.peer_seen: dict[str, int] = {}
+        self.transfer_target: str | None = None
+        self.transfer_deadline = 0
+        self.transfer_request: int | None = None
+        self.transfer_sent = False
+        self.next_preferred_check = 0
+
+    # -- timers --------------------------------------------------------------------------------
+    def reset_timer(self, now: int) -> None:
+        """Next campaign: one election timeout plus a random back-off, so rivals rarely collide."""
+        self.deadline = now + self.election_timeout + self.rng.randint(0, self.config.election_backoff_ms)
+
+    def on_leader_contact(self, now: int) -> None:
+        self.last_leader_contact = now
+        self.reset_timer(now)
+
+    def tick(self, now: int, out: Ready) -> None:
+        m = self.member
+        if m.role == Role.LEADER:
+            self._tick_leader(now, out)
+            return
+        if self.deadline is None:
+            self.reset_timer(now)
+            return
+        if now < self.deadline:
+            return
+        if not self.node.can_lead():
+            # Protocol-aware recovery: a node that lost committed entries waits for a leader.
+            self.reset_timer(now)
+            self.node.stats["campaign_blocked_damaged"] += 1
+            return
+        if self.config.pre_vote:
+            self.start_pre_vote(now, out)
+        else:
+            self.campaign(now, out, transfer=False)
+
+    # -- candidate side --------------------------------------------------------------------------
+    def start_pre_vote(self, now: int, out: Ready) -> None:
+        m = self.member
+        m.role = Role.CANDIDATE
+        m.leader_id = None
+        self.pre_candidate = True
+        self.votes = {m.node_id: True}
+        self.reset_timer(now)
+        self.node.stats["pre_votes_started"] += 1
+        self._request_votes(m.term + 1, pre_vote=True, transfer=False, out=out)
+        self._count_votes(now, out)
+
+    def campaign(self, now: int, out: Ready, transfer: bool) -> None:
+        m = self.member
+        m.set_term(m.term + 1, m.node_id)
+        m.role = Role.CANDIDATE
+        m.leader_id = None
+        self.node.on_new_term()
+        self.pre_candidate = False
+        self.votes = {m.node_id: True}
+        self.reset_timer(now)
+        self.node.stats["campaigns"] += 1
+        self._request_votes(m.term, pre_vote=False, transfer=transfer, out=out)
+        self._count_votes(now, out)
+
+    def _request_votes(self, term: int, pre_vote: bool, transfer: bool, out: Ready) -> None:
+        m = self.member
+        last_index = self.store.end_index
+        last_term = self.store.end_term
+        for peer in m.others:
+            out.messages.append(VoteRequest(m.group, m.node_id, peer, term, last_index, last_term,
+                                            pre_vote, transfer))
+
+    def on_vote_response(self, resp: VoteResponse, now: int, out: Ready) -> None:
+        m = self.member
+        if m.role != Role.CANDIDATE or resp.pre_vote != self.pre_candidate:
+            return  # a stale answer to an earlier round
+        if not resp.granted and resp.term > m.term:
+            self.node.become_follower(resp.term, None, now, out, by=resp.sender)
+            return
+        expected = m.term + 1 if self.pre_candidate else m.term
+        if resp.term != expected:
+            return
+        self.votes[resp.sender] = resp.granted
+        self._count_votes(now, out)
+
+    def _count_votes(self, now: int, out: Ready) -> None:
+        m = self.member
+        granted = sum(1 for v in self.votes.values() if v)
+        if granted < m.majority:
+            return
+        if self.pre_candidate:
+            self.campaign(now, out, transfer=False)
+        else:
+            self.node.become_leader(now, out)
+
+    # -- voter side ------------------------------------------------------------------------------
+    def _in_lease(self, now: int) -> bool:
+        """True while this node believes a leader is alive (itself, or one heard within a timeout)."""
+        if not self.config.check_quorum:
+            return False
+        m = self.member
+        if m.role == Role.LEADER:
+            return True
+        return (m.leader_id is not None and self.last_leader_contact is not None
+                and now - self.last_leader_contact < self.election_timeout)
+
+    def on_vote_request(self, req: VoteRequest, now: int, out: Ready) -> None:
+        m = self.member
+        store = self.store
+        log_ok = (req.last_term, req.last_index) >= (store.end_term, store.end_index)
+        in_lease = not req.transfer and self._in_lease(now)
+        can_vote = self.node.can_vote()
+        if req.pre_vote:
+            grant = req.term > m.term and log_ok and not in_lease and can_vote
+            code = SUCCESS if grant else self._refusal(log_ok, in_lease, can_vote)
+            out.messages.append(VoteResponse(m.group, m.node_id, req.sender, req.term if grant else m.term,
+                                             grant, True, code))
+            return
+        if req.term < m.term:
+            out.messages.append(VoteResponse(m.group, m.node_id, req.sender, m.term, False, False,
+                                             int(ResponseCode.EXPIRED_TERM)))
+            return
+        if req.term > m.term:
+            if in_lease:
+                # Leader stickiness: a live leader's followers do not let a rejoining node depose it.
+                self.node.stats["votes_ignored_in_lease"] += 1
+                out.messages.append(VoteResponse(m.group, m.node_id, req.sender, m.term, False, False,
+                                                 int(ResponseCode.INCONSISTENT_LEADER)))
+                return
+            self.node.become_follower(req.term, None, now, out, by=req.sender)
+        free = m.voted_for == req.sender or (m.voted_for is None and m.leader_id is None)
+        grant = m.role == Role.FOLLOWER and free and log_ok and can_vote
+        if grant:
+            m.set_term(m.term, req.sender)  # durable before the response exists
+            self.reset_timer(now)
+            code = SUCCESS
+        else:
+            code = self._refusal(log_ok, False, can_vote) if free else int(ResponseCode.REPEATED_REQUEST)
+        out.messages.append(VoteResponse(m.group, m.node_id, req.sender, m.term, grant, False, code))
+
+    @staticmethod
+    def _refusal(log_ok: bool, in_lease: bool, can_vote: bool) -> int:
+        if not can_vote:
+            return int(ResponseCode.ILLEGAL_MEMBER_STATE)
+        if in_lease:
+            return int(ResponseCode.INCONSISTENT_LEADER)
+        if not log_ok:
+            return int(ResponseCode.INCONSISTENT_INDEX)
+        return int(ResponseCode.EXPIRED_TERM)
+
+    # -- leader side -----------------------------------------------------------------------------
+    def on_become_leader(self, now: int) -> None:
+        self.pre_candidate = False
+        self.votes = {}
+        self.leader_since = now
+        self.next_heartbeat = now
+        self.peer_seen = {p: now for p in self.member.others}
+        self.next_preferred_check = now + self.election_timeout
+
+    def on_peer_seen(self, peer: str, now: int) -> None:
+        if peer in self.peer_seen:
+            self.peer_seen[peer] = now
+
+    def _tick_leader(self, now: int, out: Ready) -> None:
+        m = self.member
+        if now >= self.next_heartbeat:
+            commit = self.store.committed_index
+            end = self.store.end_index
+            for peer in m.others:
+                out.messages.append(HeartbeatRequest(m.group, m.node_id, peer, m.term, commit, end))
+            self.next_heartbeat = now + self.config.heartbeat_interval_ms
+        if self.config.check_quorum and now - self.leader_since >= self.election_timeout:
+            window = self.election_timeout
+            alive = 1 + sum(1 for p in m.others if now - self.peer_seen[p] < window)
+            if alive < m.majority:
+                self.node.stats["check_quorum_step_downs"] += 1
+                self.node.become_follower(m.term, None, now, out, by=None)
+                return
+        if self.transfer_target is not None and now >= self.transfer_deadline:
+            self.finish_transfer(int(ResponseCode.TAKE_LEADERSHIP_FAILED), out)
+        self._maybe_hand_to_preferred(now, out)
+
+    # -- leadership transfer ---------------------------------------------------------------------
+    @property
+    def transferring(self) -> bool:
+        return self.transfer_target is not None
+
+    def transfer(self, target: str, now: int, request_id: int | None, out: Ready) -> None:
+        """Start a transfer; refusals complete at once with their code."""
+        m = self.member
+        code: int | None = None
+        if target == m.node_id and m.role == Role.LEADER:
+            code = SUCCESS
+        elif not m.is_member(target):
+            code = int(ResponseCode.UNKNOWN_MEMBER)
+        elif m.role != Role.LEADER:
+            code = int(ResponseCode.NOT_LEADER)
+        elif self.transfer_target is not None:
+            code = int(ResponseCode.LEADER_TRANSFERRING)
+        elif self.store.end_index - self.node.peer_match(target) > self.config.max_transfer_lag:
+            code = int(ResponseCode.FALL_BEHIND_TOO_MUCH)
+        if code is not None:
+            if request_id is not None:
+                out.completions.append(Completion(request_id, code, TRANSFER, term=m.term,
+                                                  leader_id=m.leader_id))
+            return
+        self.transfer_target = target
+        self.transfer_deadline = now + self.config.transfer_timeout_ms
+        self.transfer_request = request_id
+        self.transfer_sent = False
+        self.node.stats["transfers_started"] += 1
+        self.transfer_progress(out)
+
+    def transfer_progress(self, out: Ready) -> None:
+        """Send TimeoutNow once the target holds every entry (appends are refused meanwhile)."""
+        target = self.transfer_target
+        if target is None or self.transfer_sent:
+            return
+        if self.node.peer_match(target) >= self.store.end_index:
+            m = self.member
+            out.messages.append(TimeoutNow(m.group, m.node_id, target, m.term))
+            self.transfer_sent = True
+
+    def finish_transfer(self, code: int, out: Ready) -> None:
+        if self.transfer_target is None:
+            return
+        if code == SUCCESS:
+            self.node.stats["transfers_succeeded"] += 1
+        else:
+            self.node.stats["transfers_failed"] += 1
+        if self.transfer_request is not None:
+            out.completions.append(Completion(self.transfer_request, code, TRANSFER, term=self.member.term,
+                                              leader_id=self.member.leader_id))
+        self.transfer_target = None
+        self.transfer_request = None
+        self.transfer_sent = False
+
+    def _maybe_hand_to_preferred(self, now: int, out: Ready) -> None:
+        preferred = self.config.preferred_leader
+        m = self.member
+        if (preferred is None or preferred == m.node_id or not m.is_member(preferred)
+                or self.transfer_target is not None or now < self.next_preferred_check):
+            return
+        # Retry rarely: a preferred node that cannot take over must not keep the group unavailable.
+        self.next_preferred_check = now + 4 * self.config.transfer_timeout_ms
+        if self.store.end_index - self.node.peer_match(preferred) <= self.config.max_transfer_lag:
+            self.node.stats["preferred_leader_transfers"] += 1
+            self.transfer(preferred, now, None, out)

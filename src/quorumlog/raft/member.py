@@ -1,0 +1,46 @@
+"""MemberState: who this node is in its group, its role, term, vote and the leader it follows."""
+
+from __future__ import annotations
+
+from ..store.base import LogStore
+from .messages import Role
+
+
+class MemberState:
+    """Role, term and vote of one node in one group. Term and vote changes are persisted through the
+    store (`save_vote`, durable when it returns) before anything that depends on them is sent."""
+
+    __slots__ = ("node_id", "group", "members", "others", "majority", "role", "term", "voted_for",
+                 "leader_id", "_store")
+
+    def __init__(self, node_id: str, group: str, peers: list[str], store: LogStore) -> None:
+        # Sorted: iteration order must not depend on string hashing, or replays would differ.
+        members = sorted(set(peers) | {node_id})
+        self.node_id = node_id
+        self.group = group
+        self.members: list[str] = members
+        self.others: list[str] = [m for m in members if m != node_id]
+        self.majority = len(members) // 2 + 1
+        self._store = store
+        term, voted_for = store.load_vote()
+        self.term: int = term
+        self.voted_for: str | None = voted_for
+        self.role = Role.FOLLOWER
+        self.leader_id: str | None = None
+
+    def is_member(self, node: str) -> bool:
+        return node in self.others
+
+    def set_term(self, term: int, voted_for: str | None) -> None:
+        """Move to a term (and vote), durably. Terms never go back."""
+        if term < self.term:
+            raise ValueError(f"term {term} below current {self.term}")
+        if term == self.term and voted_for == self.voted_for:
+            return
+        self._store.save_vote(term, voted_for)
+        self.term = term
+        self.voted_for = voted_for
+
+    def __repr__(self) -> str:
+        return (f"MemberState({self.node_id} {self.role.name} t{self.term} vote={self.voted_for} "
+                f"leader={self.leader_id})")

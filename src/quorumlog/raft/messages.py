@@ -1,0 +1,173 @@
+"""Messages between Raft nodes: frozen, slotted dataclasses with primitive fields only.
+
+They are independent of any wire encoding: the network layer maps each to a msgpack array. Entries travel
+as the encoded bytes a leader's store returns from `read_raw`, written by the follower with
+`append_encoded`. Every message names its group, sender and target so a node hosting several groups (or a
+misrouted frame) can be checked before anything else happens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class Role(IntEnum):
+    """Member roles (DLedger's MemberState.Role); a pre-vote round is a CANDIDATE that has not raised its term."""
+
+    FOLLOWER = 0
+    CANDIDATE = 1
+    LEADER = 2
+
+
+class PushKind:
+    """PushRequest types, DLedger's PushEntryRequest.Type. Plain ints so the wire layer needs no mapping."""
+
+    APPEND = 0
+    COMMIT = 1
+    COMPARE = 2
+    TRUNCATE = 3
+
+    NAMES = ("APPEND", "COMMIT", "COMPARE", "TRUNCATE")
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    """A (pre-)vote request. `term` is the term the candidate would take (its term + 1 for a pre-vote).
+
+    `transfer` marks a campaign started by a leadership transfer: voters then ignore their leader lease.
+    """
+
+    group: str
+    sender: str
+    target: str
+    term: int
+    last_index: int
+    last_term: int
+    pre_vote: bool = False
+    transfer: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResponse:
+    """Answer to a VoteRequest; a granted pre-vote carries the request's term, a refusal the voter's own."""
+
+    group: str
+    sender: str
+    target: str
+    term: int
+    granted: bool
+    pre_vote: bool
+    code: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    """Leader liveness, sent every heartbeat interval; carries the leader's commit and end index (a node
+    recovering lost entries must commit up to that end before it votes again)."""
+
+    group: str
+    sender: str
+    target: str
+    term: int
+    commit_index: int
+    last_index: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    group: str
+    sender: str
+    target: str
+    term: int
+    code: int
+
+
+@dataclass(frozen=True, slots=True)
+class PushRequest:
+    """One EntryDispatcher request (DLedger's PushEntryRequest).
+
+    - APPEND: `count` entries starting at `index`, encoded in `data`; `prev_term` is the leader's term at
+      index - 1 and `last_term` the term of the last entry.
+    - COMPARE: does the follower hold `index` with term `prev_term`?
+    - TRUNCATE: drop everything after `index` (whose term is `prev_term`).
+    - COMMIT: the leader's commit index, for an idle follower.
+    `commit_index` is always the leader's commit; the follower applies only the part it knows matches.
+    """
+
+    group: str
+    sender: str
+    target: str
+    term: int
+    kind: int
+    index: int
+    prev_term: int
+    commit_index: int
+    count: int = 0
+    last_term: int = 0
+    data: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class PushResponse:
+    """Answer to a PushRequest. `index` echoes the request's index so the leader can match it.
+
+    `acked` is the highest index the follower holds durably and knows to match the leader (-2 when the
+    response acknowledges nothing). `end_index` is the follower's ledger end; on INCONSISTENT_TERM,
+    `conflict_term` is the follower's term at the compared index and `conflict_index` the first index the
+    follower holds with that term, so the leader skips a whole term per round trip.
+    """
+
+    group: str
+    sender: str
+    target: str
+    term: int
+    kind: int
+    code: int
+    index: int
+    acked: int
+    end_index: int
+    begin_index: int = 0
+    conflict_index: int = -1
+    conflict_term: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TimeoutNow:
+    """Leadership transfer: the leader tells a caught-up target to campaign at once (DLedger's
+    LeadershipTransferRequest as forwarded to the transferee)."""
+
+    group: str
+    sender: str
+    target: str
+    term: int
+
+
+Message = VoteRequest | VoteResponse | HeartbeatRequest | HeartbeatResponse | PushRequest | PushResponse | TimeoutNow
+
+NO_ACK = -2  # PushResponse.acked when nothing is acknowledged (-1 is a real value: the empty prefix)
+
+
+def describe(m: Message) -> str:
+    """A one-line, human-readable form for traces (entry bytes are summarised, not printed)."""
+    name = type(m).__name__
+    head = f"{name} {m.sender}->{m.target} t{m.term}"
+    if isinstance(m, PushRequest):
+        kind = PushKind.NAMES[m.kind] if 0 <= m.kind < 4 else str(m.kind)
+        extra = f" n={m.count} last_t{m.last_term}" if m.kind == PushKind.APPEND else ""
+        return f"{head} {kind} i={m.index} prev_t{m.prev_term} commit={m.commit_index}{extra}"
+    if isinstance(m, PushResponse):
+        kind = PushKind.NAMES[m.kind] if 0 <= m.kind < 4 else str(m.kind)
+        conflict = f" conflict=({m.conflict_index},t{m.conflict_term})" if m.conflict_index >= 0 else ""
+        return f"{head} {kind} code={m.code} i={m.index} acked={m.acked} end={m.end_index}{conflict}"
+    if isinstance(m, VoteRequest):
+        pre = " pre" if m.pre_vote else ""
+        tr = " transfer" if m.transfer else ""
+        return f"{head}{pre}{tr} last=({m.last_index},t{m.last_term})"
+    if isinstance(m, VoteResponse):
+        return f"{head} {'pre ' if m.pre_vote else ''}granted={m.granted} code={m.code}"
+    if isinstance(m, HeartbeatRequest):
+        return f"{head} commit={m.commit_index} last={m.last_index}"
+    if isinstance(m, HeartbeatResponse):
+        return f"{head} code={m.code}"
+    return head

@@ -1,0 +1,338 @@
+"""RaftNode: the façade of the pure core. Input is a tick, a message, a proposal or a transfer request,
+each with the current time; output is a `Ready` (see ready.py for how a driver applies it).
+
+The node routes messages after checking group, target, sender and term, and owns the role transitions;
+elections live in elector.py, the leader's replication in pusher.py, the follower's in handler.py.
+Nothing here performs I/O beyond the store API, reads a clock or uses global randomness.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from ..config import RaftConfig
+from ..entry import MAGIC_NOOP
+from ..errors import CorruptEntryError, DiskFullError, IndexOutOfRangeError, InvalidArgumentError, ResponseCode
+from ..store.base import LogStore
+from .elector import Elector
+from .handler import EntryHandler
+from .member import MemberState
+from .messages import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    Message,
+    PushRequest,
+    PushResponse,
+    Role,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+from .pusher import Leader
+from .ready import APPEND, Completion, Ready, RoleChange
+
+SUCCESS = int(ResponseCode.SUCCESS)
+_REQUESTS = (VoteRequest, HeartbeatRequest, PushRequest, TimeoutNow)
+_INPUT_ERRORS = (IndexOutOfRangeError, CorruptEntryError, InvalidArgumentError)
+
+
+class RaftNode:
+    """One member of one Raft group."""
+
+    def __init__(self, node_id: str, group: str, peers: list[str], store: LogStore, config: RaftConfig,
+                 rng: random.Random) -> None:
+        self.node_id = node_id
+        self.group = group
+        self.store = store
+        self.config = config
+        self.rng = rng
+        self.stats: Counter[str] = Counter()
+        self.member = MemberState(node_id, group, peers, store)
+        self.elector = Elector(self, self.member, store, config, rng)
+        self.handler = EntryHandler(self.member, store, config, self.stats)
+        self.leader: Leader | None = None
+        self._next_request_id = 1
+        # Protocol-aware recovery: committed entries were lost, so this node must not vote or lead
+        # until it again holds them. Entries it lost above its checkpointed commit may have been
+        # committed (and acknowledged) too, so it also waits until it has committed up to the end of
+        # the first leader it hears from: that leader holds every committed entry (leader
+        # completeness), and committing its end means a majority holds them all again.
+        damage = store.damage
+        self.recover_floor: int | None = damage.committed_index if damage is not None else None
+        self.recover_leader_end: int | None = None
+        if damage is not None:
+            self.stats["recovering_from_damage"] += 1
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def role(self) -> Role:
+        return self.member.role
+
+    @property
+    def term(self) -> int:
+        return self.member.term
+
+    @property
+    def leader_id(self) -> str | None:
+        return self.member.leader_id
+
+    @property
+    def is_leader(self) -> bool:
+        return self.member.role == Role.LEADER
+
+    @property
+    def commit_index(self) -> int:
+        return self.store.committed_index
+
+    @property
+    def recovering(self) -> bool:
+        return self.recover_floor is not None
+
+    def can_vote(self) -> bool:
+        return self.recover_floor is None
+
+    def can_lead(self) -> bool:
+        return self.recover_floor is None
+
+    def peer_match(self, peer: str) -> int:
+        return self.leader.peer_match(peer) if self.leader is not None else -1
+
+    def status(self) -> dict[str, object]:
+        """A plain summary for logs, metrics and the admin endpoint."""
+        s = self.store
+        return {"node": self.node_id, "group": self.group, "role": self.role.name, "term": self.term,
+                "leader": self.leader_id, "begin": s.begin_index, "end": s.end_index,
+                "committed": s.committed_index, "durable": s.durable_index, "recovering": self.recovering}
+
+    # -- inputs --------------------------------------------------------------------------------
+    def tick(self, now_ms: int) -> Ready:
+        out, before = self._begin()
+        self.elector.tick(now_ms, out)
+        leader = self.leader
+        if leader is not None and self.member.role == Role.LEADER:
+            leader.expire_pending(now_ms, out)
+            leader.dispatch_all(now_ms, out)
+        elif self.member.role == Role.FOLLOWER:
+            self.handler.drain(now_ms, out)
+        return self._finish(out, before)
+
+    def step(self, message: Message, now_ms: int) -> Ready:
+        return self.step_batch((message,), now_ms)
+
+    def step_batch(self, messages: Iterable[Message], now_ms: int) -> Ready:
+        """Handle several messages, then run the follower's queues once (so control requests queued in
+        the same batch go first, as in DLedger's EntryHandler)."""
+        out, before = self._begin()
+        for m in messages:
+            try:
+                self._route(m, now_ms, out)
+            except _INPUT_ERRORS as e:
+                # Garbage from the network must not take the node down; count it and carry on.
+                self.stats[f"rejected_{type(e).__name__}"] += 1
+        if self.member.role == Role.FOLLOWER:
+            self.handler.drain(now_ms, out)
+        return self._finish(out, before)
+
+    def propose(self, bodies: Sequence[bytes], now_ms: int, request_id: int | None = None,
+                group: str | None = None, target: str | None = None) -> Ready:
+        """Append a batch of bodies as one request with one wait. The outcome arrives as a Completion
+        with the request id (given, or assigned and reported in `ready.request_id`)."""
+        out, before = self._begin()
+        rid = self._request_id(request_id)
+        out.request_id = rid
+        m = self.member
+        code: ResponseCode | None = None
+        if group is not None and group != self.group:
+            code = ResponseCode.UNKNOWN_GROUP
+        elif target is not None and target != self.node_id:
+            code = ResponseCode.UNKNOWN_MEMBER
+        elif m.role != Role.LEADER or self.leader is None:
+            code = ResponseCode.NOT_LEADER
+        elif self.elector.transferring:
+            code = ResponseCode.LEADER_TRANSFERRING
+        elif not bodies:
+            code = ResponseCode.REQUEST_WITH_EMPTY_BODYS
+        if code is not None:
+            self.stats[f"append_{code.name.lower()}"] += 1
+            out.completions.append(Completion(rid, int(code), APPEND, term=m.term, leader_id=m.leader_id))
+        else:
+            assert self.leader is not None
+            self.leader.propose(rid, bodies, now_ms, out)
+        return self._finish(out, before)
+
+    def transfer_leader(self, target: str, now_ms: int, request_id: int | None = None) -> Ready:
+        """Hand leadership to `target`; the outcome arrives as a Completion of kind "transfer"."""
+        out, before = self._begin()
+        rid = self._request_id(request_id)
+        out.request_id = rid
+        self.elector.transfer(target, now_ms, rid, out)
+        return self._finish(out, before)
+
+    def on_flushed(self, durable_index: int, now_ms: int) -> Ready:
+        """The driver flushed the store: release what waited for durability, recount the leader's quorum."""
+        out, before = self._begin()
+        if self.leader is not None and self.member.role == Role.LEADER:
+            self.leader.advance_commit(out)
+        self.handler.release_held(out)
+        return self._finish(out, before)
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def _request_id(self, request_id: int | None) -> int:
+        if request_id is not None:
+            return request_id
+        rid = self._next_request_id
+        self._next_request_id += 1
+        return rid
+
+    def _begin(self) -> tuple[Ready, tuple[Role, int, str | None]]:
+        m = self.member
+        return Ready(), (m.role, m.term, m.leader_id)
+
+    def _finish(self, out: Ready, before: tuple[Role, int, str | None]) -> Ready:
+        m = self.member
+        if self.handler.held:
+            self.handler.release_held(out)
+        if self.recover_floor is not None:
+            self._check_recovered()
+        if (m.role, m.term, m.leader_id) != before:
+            out.changes.append(RoleChange(m.role, m.term, m.leader_id))
+        store = self.store
+        out.must_flush = store.durable_index < store.end_index
+        return out
+
+    def _check_recovered(self) -> None:
+        floor = self.recover_floor
+        lc = self.recover_leader_end
+        if floor is None or lc is None:
+            return
+        if self.store.committed_index >= max(floor, lc) and self.store.damage is None:
+            self.recover_floor = None
+            self.stats["recovered_from_damage"] += 1
+
+    def _route(self, msg: Message, now: int, out: Ready) -> None:
+        m = self.member
+        if msg.group != self.group or msg.target != self.node_id or not m.is_member(msg.sender):
+            self.stats["rejected_misrouted"] += 1
+            if isinstance(msg, _REQUESTS):
+                code = ResponseCode.UNKNOWN_GROUP if msg.group != self.group else ResponseCode.UNKNOWN_MEMBER
+                self._reject(msg, int(code), out)
+            return
+        if isinstance(msg, VoteRequest):
+            self.elector.on_vote_request(msg, now, out)
+            return
+        if isinstance(msg, VoteResponse):
+            self.elector.on_vote_response(msg, now, out)
+            return
+        if msg.term < m.term:
+            self.stats["stale_term"] += 1
+            if isinstance(msg, (HeartbeatRequest, PushRequest)):
+                self._reject(msg, int(ResponseCode.EXPIRED_TERM), out)
+            return
+        if isinstance(msg, (HeartbeatRequest, PushRequest, TimeoutNow)):
+            self._from_leader(msg, now, out)
+        elif isinstance(msg, (HeartbeatResponse, PushResponse)):
+            if msg.term > m.term:
+                self.become_follower(msg.term, None, now, out, by=msg.sender)
+                return
+            leader = self.leader
+            if leader is None or m.role != Role.LEADER:
+                return
+            self.elector.on_peer_seen(msg.sender, now)
+            if isinstance(msg, PushResponse):
+                leader.on_response(msg, now, out)
+                if self.elector.transferring:
+                    self.elector.transfer_progress(out)
+        else:
+            self.stats["rejected_unknown_message"] += 1
+
+    def _from_leader(self, msg: HeartbeatRequest | PushRequest | TimeoutNow, now: int, out: Ready) -> None:
+        m = self.member
+        if msg.term > m.term or m.role == Role.CANDIDATE:
+            self.become_follower(msg.term, msg.sender, now, out, by=msg.sender)
+        elif m.role == Role.LEADER or (m.leader_id is not None and m.leader_id != msg.sender):
+            # Two leaders in one term cannot happen in a correct cluster; refuse and make it visible.
+            self.stats["bug_second_leader_in_term"] += 1
+            self._reject(msg, int(ResponseCode.INCONSISTENT_LEADER), out)
+            return
+        elif m.leader_id is None:
+            m.leader_id = msg.sender
+        self.elector.on_leader_contact(now)
+        handler = self.handler
+        if isinstance(msg, PushRequest):
+            handler.on_push(msg, out)
+        elif isinstance(msg, HeartbeatRequest):
+            if self.recover_floor is not None and self.recover_leader_end is None:
+                self.recover_leader_end = msg.last_index
+            handler.apply_commit(msg.commit_index)
+            out.messages.append(HeartbeatResponse(m.group, m.node_id, msg.sender, m.term, SUCCESS))
+        else:  # TimeoutNow: our leader hands over; campaign at once, past the voters' leader lease
+            if self.can_lead():
+                self.stats["timeout_now_campaigns"] += 1
+                self.elector.campaign(now, out, transfer=True)
+            else:
+                self.stats["timeout_now_refused_damaged"] += 1
+
+    def _reject(self, msg: Message, code: int, out: Ready) -> None:
+        m = self.member
+        if isinstance(msg, PushRequest):
+            s = self.store
+            out.messages.append(PushResponse(msg.group, self.node_id, msg.sender, m.term, msg.kind, code,
+                                             msg.index, -2, s.end_index, s.begin_index))
+        elif isinstance(msg, HeartbeatRequest):
+            out.messages.append(HeartbeatResponse(msg.group, self.node_id, msg.sender, m.term, code))
+        elif isinstance(msg, VoteRequest):
+            out.messages.append(VoteResponse(msg.group, self.node_id, msg.sender, m.term, False, msg.pre_vote,
+                                             code))
+
+    # -- role transitions (called by the elector and the router) ----------------------------------
+    def on_new_term(self) -> None:
+        """Our term went up (we campaign): the previous leader's pushes no longer apply."""
+        self.handler.reset()
+
+    def become_follower(self, term: int, leader: str | None, now: int, out: Ready, by: str | None) -> None:
+        m = self.member
+        was_leader = m.role == Role.LEADER
+        new_term = term > m.term
+        if new_term:
+            m.set_term(term, None)
+        if was_leader:
+            self._leave_leadership(leader, by, out)
+        if new_term or m.role != Role.FOLLOWER or m.leader_id != leader:
+            self.handler.reset()
+        m.role = Role.FOLLOWER
+        m.leader_id = leader
+        self.elector.pre_candidate = False
+        self.elector.votes = {}
+        if leader is not None:
+            self.elector.on_leader_contact(now)
+        elif was_leader or new_term:
+            self.elector.reset_timer(now)
+
+    def _leave_leadership(self, leader: str | None, by: str | None, out: Ready) -> None:
+        el = self.elector
+        if el.transferring:
+            won = by is not None and by == el.transfer_target
+            el.finish_transfer(SUCCESS if won else int(ResponseCode.TAKE_LEADERSHIP_FAILED), out)
+        if self.leader is not None:
+            self.leader.step_down(leader, out)
+        self.leader = None
+        self.stats["step_downs"] += 1
+
+    def become_leader(self, now: int, out: Ready) -> None:
+        m = self.member
+        m.role = Role.LEADER
+        m.leader_id = m.node_id
+        self.handler.reset()
+        self.stats["became_leader"] += 1
+        self.elector.on_become_leader(now)
+        # The NOOP of our term lets earlier entries commit without waiting for a client write (§5.4.2).
+        try:
+            self.store.append([b""], m.term, MAGIC_NOOP)
+        except DiskFullError:
+            self.stats["noop_disk_full"] += 1
+        self.leader = Leader(m, self.store, self.config, self.stats)
+        self.elector.tick(now, out)  # heartbeat at once: followers learn the new leader
+        self.leader.dispatch_all(now, out)
+        self.leader.advance_commit(out)

@@ -1,0 +1,226 @@
+"""Invariants checked after every simulator step.
+
+The checker keeps a reference copy of the committed log (the encoded entries, which include each
+entry's chain CRC). Because an entry's chain CRC covers its header and, through the seed, every entry
+before it, two replicas whose entries at index i carry the same chain CRC hold the same prefix 0..i; so
+most checks cost one header read per node per step instead of a scan:
+
+- election safety: at most one leader per term;
+- log matching: replicas with an entry of the same index and term hold the same entry and prefix;
+- leader completeness: a new leader holds every entry known committed;
+- state machine safety: committed prefixes are identical on all nodes, and a committed entry never
+  changes, also across crashes and restarts;
+- a running node's commit index never goes backwards; after a restart it is at least its checkpoint's;
+- every acknowledged append is in the committed log at the index, term and position it was given, and
+  held by a majority (by a majority of the undamaged nodes while one node recovers from lost data).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..entry import HEADER_SIZE
+from ..raft.ready import Completion
+from ..store.base import LogStore
+
+_HEAD = struct.Struct(">iiqqqiI")  # magic, size, index, term, pos, channel, chain_crc
+
+
+class InvariantViolation(AssertionError):
+    """A safety or liveness property failed."""
+
+
+def header_at(store: LogStore, index: int) -> tuple[int, int, int, int, int, int, int]:
+    raw, n = store.read_raw(index, 1, 1)
+    if n != 1:
+        raise InvariantViolation(f"read_raw({index}) returned {n} entries")
+    return _HEAD.unpack_from(raw, 0)
+
+
+def chain_at(store: LogStore, index: int) -> int | None:
+    """Chain CRC of the entry at `index`, None when the store does not hold it."""
+    if index < store.begin_index or index > store.end_index:
+        return None
+    return header_at(store, index)[6]
+
+
+def split_entries(raw: bytes, count: int) -> list[bytes]:
+    out = []
+    off = 0
+    mv = memoryview(raw)
+    for _ in range(count):
+        size = int.from_bytes(raw[off + 4:off + 8], "big")
+        out.append(bytes(mv[off:off + size]))
+        off += size
+    return out
+
+
+@dataclass(slots=True)
+class AckedAppend:
+    first_index: int
+    term: int
+    positions: list[int]
+    bodies: list[bytes]
+
+
+class Checker:
+    """Holds the reference committed log and what clients were told; raises InvariantViolation."""
+
+    def __init__(self, ids: list[str], stores: Callable[[str], LogStore | None]) -> None:
+        self.ids = ids
+        self.majority = len(ids) // 2 + 1
+        self.stores = stores  # node id -> its store while the node runs, else None
+        self.leaders: dict[int, str] = {}
+        self.ref: list[bytes] = []
+        self.ref_chain: list[int] = []
+        self.last_commit: dict[str, int] = {i: -1 for i in ids}
+        self.checkpointed: dict[str, int] = {i: -1 for i in ids}
+        self.end_entries: dict[tuple[int, int], int] = {}  # (index, term) -> chain, of every end seen
+        self.max_acked = -1
+        self.unverified: list[AckedAppend] = []
+        self.acked_entries = 0
+        self.damaged: set[str] = set()
+
+    # -- events --------------------------------------------------------------------------------
+    def on_leader(self, node: str, term: int) -> None:
+        prev = self.leaders.setdefault(term, node)
+        if prev != node:
+            raise InvariantViolation(f"two leaders in term {term}: {prev} and {node}")
+        store = self.stores(node)
+        if store is None or not self.ref:
+            return
+        last = len(self.ref) - 1
+        if chain_at(store, last) != self.ref_chain[last]:
+            raise InvariantViolation(f"leader {node} of term {term} lacks committed entries up to {last} "
+                                     f"(its end is {store.end_index})")
+
+    def on_ack(self, node: str, c: Completion, bodies: list[bytes]) -> None:
+        if c.last_index - c.first_index + 1 != len(bodies) or len(c.positions) != len(bodies):
+            raise InvariantViolation(f"{node} acknowledged {len(bodies)} bodies as "
+                                     f"{c.first_index}..{c.last_index} with {len(c.positions)} positions")
+        self.unverified.append(AckedAppend(c.first_index, c.term, list(c.positions), bodies))
+        self.max_acked = max(self.max_acked, c.last_index)
+        self.acked_entries += len(bodies)
+
+    def on_checkpoint(self, node: str, store: LogStore) -> None:
+        self.checkpointed[node] = max(self.checkpointed[node], min(store.committed_index, store.durable_index))
+
+    def on_restart(self, node: str, store: LogStore) -> None:
+        c = store.committed_index
+        if c < self.checkpointed[node] and store.damage is None:
+            raise InvariantViolation(f"{node} restarted with commit {c} below its checkpoint "
+                                     f"{self.checkpointed[node]}")
+        if c > self.last_commit[node]:
+            raise InvariantViolation(f"{node} restarted with commit {c} above the {self.last_commit[node]} "
+                                     f"it had before")
+        self.last_commit[node] = c
+        if store.damage is not None:
+            self.damaged.add(node)
+        self._check_commit(node, store, restarted=True)
+
+    def on_recovered(self, node: str) -> None:
+        self.damaged.discard(node)
+
+    # -- per step ------------------------------------------------------------------------------
+    def check(self) -> None:
+        for node in self.ids:
+            store = self.stores(node)
+            if store is None:
+                continue
+            self._check_commit(node, store, restarted=False)
+            self._check_end(node, store)
+        self._verify_acks()
+        self._check_acked_majority()
+
+    def _check_commit(self, node: str, store: LogStore, restarted: bool) -> None:
+        c = store.committed_index
+        if not restarted and c < self.last_commit[node]:
+            raise InvariantViolation(f"{node}: commit index went back from {self.last_commit[node]} to {c}")
+        if c > store.end_index:
+            raise InvariantViolation(f"{node}: commit {c} beyond end {store.end_index}")
+        self.last_commit[node] = c
+        if c < 0:
+            return
+        ref = self.ref
+        if c < len(ref):
+            if chain_at(store, c) != self.ref_chain[c]:
+                raise InvariantViolation(f"{node}: committed entry {c} differs from the committed log "
+                                         f"(or an earlier one does)")
+            return
+        if ref and chain_at(store, len(ref) - 1) != self.ref_chain[-1]:
+            raise InvariantViolation(f"{node}: committed prefix up to {len(ref) - 1} differs from the "
+                                     f"committed log")
+        start = len(ref)
+        while start <= c:
+            raw, n = store.read_raw(start, c - start + 1, 1 << 24)
+            for e in split_entries(raw, n):
+                ref.append(e)
+                self.ref_chain.append(_HEAD.unpack_from(e, 0)[6])
+            start += n
+
+    def _check_end(self, node: str, store: LogStore) -> None:
+        end = store.end_index
+        if end < store.begin_index:
+            return
+        h = header_at(store, end)
+        key = (end, h[3])
+        prev = self.end_entries.setdefault(key, h[6])
+        if prev != h[6]:
+            raise InvariantViolation(f"log matching: {node} holds entry {end} of term {h[3]} with a "
+                                     f"different history than another replica")
+
+    def _verify_acks(self) -> None:
+        if not self.unverified:
+            return
+        keep = []
+        for a in self.unverified:
+            last = a.first_index + len(a.bodies) - 1
+            if last >= len(self.ref):
+                keep.append(a)  # not yet seen committed on a running node (e.g. the leader crashed)
+                continue
+            for i, body in enumerate(a.bodies):
+                e = self.ref[a.first_index + i]
+                h = _HEAD.unpack_from(e, 0)
+                if h[3] != a.term or h[4] != a.positions[i] or e[HEADER_SIZE:] != body:
+                    raise InvariantViolation(f"acknowledged entry {a.first_index + i} (term {a.term}) is "
+                                             f"not what the committed log holds (term {h[3]})")
+        self.unverified = keep
+
+    def _check_acked_majority(self) -> None:
+        idx = self.max_acked
+        if idx < 0 or idx >= len(self.ref):
+            return
+        want = self.ref_chain[idx]
+        holders = 0
+        for node in self.ids:
+            store = self.stores(node)
+            if store is None:
+                store = self._stopped_store(node)
+            if store is not None and chain_at(store, idx) == want:
+                holders += 1
+        # Lost committed data on one node is a storage fault the protocol repairs, not a Raft fault.
+        need = self.majority - len(self.damaged)
+        if holders < need:
+            raise InvariantViolation(f"acknowledged entry {idx} is held by {holders} nodes, need {need}")
+
+    # Crashed nodes keep their store (what survived the crash); the cluster sets this hook.
+    stopped_store: Callable[[str], LogStore | None] | None = None
+
+    def _stopped_store(self, node: str) -> LogStore | None:
+        return self.stopped_store(node) if self.stopped_store is not None else None
+
+    def final(self) -> None:
+        """Full log-matching check over every entry of every replica."""
+        seen: dict[tuple[int, int], int] = {}
+        for node in self.ids:
+            store = self.stores(node) or self._stopped_store(node)
+            if store is None or store.end_index < store.begin_index:
+                continue
+            raw, n = store.read_raw(store.begin_index, store.end_index - store.begin_index + 1, 1 << 30)
+            for e in split_entries(raw, n):
+                h = _HEAD.unpack_from(e, 0)
+                prev = seen.setdefault((h[2], h[3]), h[6])
+                if prev != h[6]:
+                    raise InvariantViolation(f"log matching: entry {h[2]} of term {h[3]} differs on {node}")

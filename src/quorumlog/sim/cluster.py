@@ -1,0 +1,465 @@
+"""A whole simulated cluster: real RaftNodes over real stores, a virtual clock, a faulty network, disks
+whose flushes lag, crashes, restarts, pauses, skewed clocks and clients, all driven by one seeded RNG so
+a seed replays exactly.
+
+Time moves in steps of `step_ms`. A run is a sequence of windows: faults for the first part of a window,
+then everything heals (partitions end, the network behaves, crashed nodes restart, paused ones resume)
+and the cluster must elect a leader within a few election timeouts and resolve every client request.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..config import RaftConfig, StoreConfig
+from ..errors import ResponseCode
+from ..raft.messages import Message, Role, describe
+from ..raft.node import RaftNode
+from ..raft.ready import APPEND, Completion, Ready, ReadyApplier, RoleChange
+from ..store.base import LogStore
+from ..store.memory import MemoryStore
+from .checker import Checker, InvariantViolation
+from .network import LinkFaults, Network, partition_links, ring_links
+
+GROUP = "g0"
+ALL_FAULTS = ("drop", "dup", "delay", "partition", "crash", "pause", "skew", "disk", "corrupt", "transfer")
+
+# Fast timers keep runs short in virtual time; the ratios match the defaults (DESIGN §7).
+SIM_RAFT = RaftConfig(heartbeat_interval_ms=30, max_heartbeat_leak=4, election_backoff_ms=80,
+                      max_pending_requests=32, max_wait_ack_ms=400, max_push_timeout_ms=150,
+                      max_inflight_pushes=4, push_batch_bytes=2048, push_batch_entries=8,
+                      max_transfer_lag=50, transfer_timeout_ms=300)
+
+
+@dataclass(slots=True)
+class SimConfig:
+    nodes: int = 3
+    steps: int = 600
+    step_ms: int = 10
+    faults: tuple[str, ...] = ALL_FAULTS
+    file_store: bool = False
+    trace_len: int = 300
+    window_steps: int = 600
+    raft: RaftConfig = SIM_RAFT
+
+
+@dataclass(slots=True)
+class Proposal:
+    kind: str
+    bodies: list[bytes]
+    at: int
+
+
+@dataclass(slots=True)
+class SimNode:
+    id: str
+    store: LogStore
+    applier: ReadyApplier
+    node: RaftNode | None = None
+    offset: int = 0
+    rate: float = 1.0
+    incarnation: int = 0
+    crashed_until: int | None = None
+    paused_until: int | None = None
+    flush_at: int | None = None
+    backlog: list[Message] = field(default_factory=list)
+    next_checkpoint: int = 0
+
+    def now(self, t: int) -> int:
+        return self.offset + int(t * self.rate)
+
+
+class Cluster:
+    def __init__(self, seed: int, cfg: SimConfig) -> None:
+        self.seed = seed
+        self.cfg = cfg
+        self.faults = set(cfg.faults)
+        self.rng = random.Random(seed)
+        self.ids = [f"n{i}" for i in range(cfg.nodes)]
+        self.time = 0
+        self.step_no = 0
+        self.net = Network(random.Random(self.rng.getrandbits(64)))
+        self.trace: deque[tuple[int, str, object]] = deque(maxlen=cfg.trace_len)
+        self.stats: Counter[str] = Counter()
+        self.outstanding: dict[tuple[str, int, int], Proposal] = {}
+        self.known_leader: str | None = None
+        self.partition_until = 0
+        self.heal_started: int | None = None
+        self.leader_seen_after_heal = False
+        self._tmp = tempfile.mkdtemp(prefix="quorumlog-sim-") if cfg.file_store else None
+        self.sims: dict[str, SimNode] = {}
+        for i in self.ids:
+            sim = SimNode(i, self._open_store(i), self._applier(i))
+            if "skew" in self.faults:
+                sim.offset = self.rng.randint(0, 10_000_000)
+                sim.rate = 1.0 + self.rng.uniform(-0.05, 0.05)
+            self.sims[i] = sim
+            self._start(sim)
+        self.checker = Checker(self.ids, self._running_store)
+        self.checker.stopped_store = lambda n: self.sims[n].store
+
+    # -- stores ----------------------------------------------------------------------------------
+    def _store_config(self) -> StoreConfig:
+        return StoreConfig(data_segment_bytes=64 * 1024, index_segment_bytes=32 * 1024, max_body_bytes=4096)
+
+    def _open_store(self, node_id: str) -> LogStore:
+        if self._tmp is None:
+            return MemoryStore(self._store_config())
+        from ..store.file_store import FileStore  # only when asked for: the sim runs without it
+
+        return FileStore(os.path.join(self._tmp, node_id), self._store_config(), repair=True)
+
+    def _crash_store(self, sim: SimNode) -> None:
+        store = sim.store
+        crash: Callable[[], None] | None = getattr(store, "crash", None)
+        if crash is not None:
+            crash()
+        else:
+            # A FileStore on a real file system keeps its page cache across a process crash; a clean
+            # reopen runs recovery, which is what a restart exercises.
+            store.close()
+            sim.store = self._open_store(sim.id)
+
+    def close(self) -> None:
+        for sim in self.sims.values():
+            if self._tmp is not None:
+                sim.store.close()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def _running_store(self, node_id: str) -> LogStore | None:
+        sim = self.sims[node_id]
+        return sim.store if sim.node is not None else None
+
+    # -- node lifecycle ------------------------------------------------------------------------
+    def _applier(self, node_id: str) -> ReadyApplier:
+        return ReadyApplier(lambda m: self._send(m),
+                            lambda c: self._complete(node_id, c),
+                            lambda ch: self._changed(node_id, ch))
+
+    def _start(self, sim: SimNode) -> None:
+        sim.node = RaftNode(sim.id, GROUP, self.ids, sim.store, self.cfg.raft,
+                            random.Random(self.rng.getrandbits(64)))
+        sim.incarnation += 1
+        sim.crashed_until = None
+        sim.next_checkpoint = self.time + self.rng.randint(100, 400)
+
+    def crash(self, node_id: str, until: int) -> None:
+        sim = self.sims[node_id]
+        if sim.node is None:
+            return
+        sim.node = None
+        sim.flush_at = None
+        sim.paused_until = None
+        sim.backlog.clear()
+        sim.crashed_until = until
+        self._crash_store(sim)
+        self.stats["crashes"] += 1
+        lost = [k for k in self.outstanding if k[0] == node_id]
+        for k in lost:  # the client's connection broke: outcome unknown
+            del self.outstanding[k]
+        self.stats["requests_unknown_outcome"] += len(lost)
+        note = ""
+        store = sim.store
+        if ("corrupt" in self.faults and not self.checker.damaged and self.rng.random() < 0.3
+                and isinstance(store, MemoryStore) and store.committed_index >= 0):
+            c = store.committed_index
+            cut = self.rng.randint(max(store.begin_index, c - 10), c)
+            store.lose_from(cut)
+            self.checker.damaged.add(node_id)
+            self.stats["corruptions"] += 1
+            note = f", lost entries from {cut} (committed {c})"
+        self._trace(node_id, f"CRASH until {until}{note}; durable end {store.end_index}")
+
+    def restart(self, node_id: str) -> None:
+        sim = self.sims[node_id]
+        self._start(sim)
+        self.stats["restarts"] += 1
+        self._trace(node_id, f"RESTART term {sim.store.load_vote()} end {sim.store.end_index} "
+                             f"commit {sim.store.committed_index} damage {sim.store.damage}")
+        self.checker.on_restart(node_id, sim.store)
+
+    def pause(self, node_id: str, until: int) -> None:
+        sim = self.sims[node_id]
+        if sim.node is not None and sim.paused_until is None:
+            sim.paused_until = until
+            self.stats["pauses"] += 1
+            self._trace(node_id, f"PAUSE until {until}")
+
+    def resume(self, node_id: str) -> None:
+        sim = self.sims[node_id]
+        sim.paused_until = None
+        self._trace(node_id, "RESUME")
+        if sim.backlog and sim.node is not None:
+            msgs, sim.backlog = sim.backlog, []
+            self._apply(sim, sim.node.step_batch(msgs, sim.now(self.time)))
+
+    # -- Ready plumbing ------------------------------------------------------------------------
+    def _apply(self, sim: SimNode, ready: Ready) -> None:
+        assert sim.node is not None
+        defer = "disk" in self.faults and self.rng.random() < 0.6
+        owed = sim.applier.apply(sim.node, ready, sim.now(self.time), flush=not defer)
+        if owed and sim.flush_at is None:
+            # Group commit: one later flush covers everything written until then.
+            sim.flush_at = self.time + self.rng.randint(1, 3) * self.cfg.step_ms
+
+    def _send(self, m: Message) -> None:
+        if self.net.send(m, self.time):
+            self.trace.append((self.time, "send", m))
+
+    def _changed(self, node_id: str, ch: RoleChange) -> None:
+        self._trace(node_id, f"{ch.role.name} term {ch.term} leader {ch.leader_id}")
+        if ch.role == Role.LEADER:
+            self.known_leader = node_id
+            self.stats["elections"] += 1
+            self.checker.on_leader(node_id, ch.term)
+
+    def _complete(self, node_id: str, c: Completion) -> None:
+        sim = self.sims[node_id]
+        p = self.outstanding.pop((node_id, sim.incarnation, c.request_id), None)
+        if p is None:
+            raise InvariantViolation(f"{node_id} completed request {c.request_id} twice or never received it")
+        code = ResponseCode(c.code)
+        self.stats[f"{p.kind}_{code.name}"] += 1
+        self._trace(node_id, f"COMPLETE {p.kind} #{c.request_id} {code.name} {c.first_index}..{c.last_index} "
+                             f"t{c.term}")
+        if c.kind == APPEND and code == ResponseCode.SUCCESS:
+            self.checker.on_ack(node_id, c, p.bodies)
+        if c.leader_id is not None and c.leader_id in self.sims:
+            self.known_leader = c.leader_id
+
+    def _trace(self, node_id: str, text: str) -> None:
+        self.trace.append((self.time, node_id, text))
+
+    def format_trace(self) -> str:
+        lines = []
+        for t, who, what in self.trace:
+            if who == "send":
+                assert not isinstance(what, str)
+                lines.append(f"{t:>8} net  {describe(what)}")  # type: ignore[arg-type]
+            else:
+                lines.append(f"{t:>8} {who:<4} {what}")
+        return "\n".join(lines)
+
+    # -- one step --------------------------------------------------------------------------------
+    def phase(self, step: int) -> str:
+        """"faults", "heal" (faults over, clients still write) or "quiet" (clients stopped too)."""
+        cfg = self.cfg
+        w = min(cfg.window_steps, cfg.steps)
+        pos = step % w
+        window_end = min(w, cfg.steps - (step - pos))
+        heal = max(int(window_end * 0.4), 150)
+        quiet = max(int(window_end * 0.15), 70)
+        if pos >= window_end - quiet:
+            return "quiet"
+        if pos >= window_end - heal:
+            return "heal"
+        return "faults"
+
+    def step(self) -> None:
+        step = self.step_no
+        self.step_no += 1
+        self.time += self.cfg.step_ms
+        phase = self.phase(step)
+        if phase == "faults":
+            self.heal_started = None
+            self._inject_faults()
+        elif self.heal_started is None:
+            self._heal()
+        self._lifecycle()
+        self._flushes()
+        self._deliver()
+        self._tick()
+        if phase != "quiet":
+            self._clients()
+        self._maintenance()
+        self.checker.check()
+        if phase != "faults":
+            self._check_liveness(step)
+
+    def _inject_faults(self) -> None:
+        rng = self.rng
+        f = self.faults
+        t = self.time
+        if self.step_no % 100 == 1:
+            self.net.faults = LinkFaults(
+                drop=rng.uniform(0, 0.15) if "drop" in f else 0.0,
+                duplicate=rng.uniform(0, 0.1) if "dup" in f else 0.0,
+                min_delay_ms=1,
+                max_delay_ms=rng.randint(5, 60) if "delay" in f else 5)
+        if "partition" in f:
+            if self.net.blocked and t >= self.partition_until:
+                self.net.partition("", ())
+                self._trace("net", "partition healed")
+            elif not self.net.blocked and rng.random() < 0.02:
+                self._partition()
+        running = [i for i in self.ids if self.sims[i].node is not None]
+        if "crash" in f and running and rng.random() < 0.01:
+            self.crash(rng.choice(running), t + rng.randint(20, 800))
+        if "pause" in f and running and rng.random() < 0.01:
+            self.pause(rng.choice(running), t + rng.randint(20, 600))
+
+    def _partition(self) -> None:
+        rng = self.rng
+        ids = list(self.ids)
+        kinds = ["halves", "isolate_leader", "bridge"] + (["ring"] if len(ids) >= 5 else [])
+        kind = rng.choice(kinds)
+        rng.shuffle(ids)
+        if kind == "halves":
+            k = rng.randint(1, len(ids) - 1)
+            blocked = partition_links([ids[:k], ids[k:]])
+        elif kind == "isolate_leader":
+            leader = self.known_leader or ids[0]
+            blocked = partition_links([[leader], [i for i in ids if i != leader]])
+        elif kind == "bridge":
+            bridge, rest = ids[0], ids[1:]
+            k = max(1, len(rest) // 2)
+            blocked = partition_links([rest[:k], rest[k:]], bridges=[bridge])
+        else:
+            blocked = ring_links(ids)
+        self.net.partition(kind, blocked)
+        self.partition_until = self.time + rng.randint(100, 1500)
+        self.stats[f"partition_{kind}"] += 1
+        self._trace("net", f"PARTITION {kind} {sorted(blocked)}")
+
+    def _heal(self) -> None:
+        self.heal_started = self.time
+        self.leader_seen_after_heal = False
+        self.net.heal()
+        self._trace("net", "HEAL: network repaired, crashed nodes restart, paused nodes resume")
+        for i in self.ids:
+            sim = self.sims[i]
+            if sim.node is None:
+                sim.crashed_until = self.time
+            if sim.paused_until is not None:
+                sim.paused_until = self.time
+
+    def _lifecycle(self) -> None:
+        t = self.time
+        for i in self.ids:
+            sim = self.sims[i]
+            if sim.node is None and sim.crashed_until is not None and t >= sim.crashed_until:
+                self.restart(i)
+            elif sim.paused_until is not None and t >= sim.paused_until:
+                self.resume(i)
+
+    def _flushes(self) -> None:
+        t = self.time
+        for i in self.ids:
+            sim = self.sims[i]
+            if sim.flush_at is not None and t >= sim.flush_at and sim.node is not None and sim.paused_until is None:
+                sim.flush_at = None
+                sim.applier.flush_node(sim.node, sim.now(t))
+
+    def _deliver(self) -> None:
+        by_target: dict[str, list[Message]] = {}
+        for m in self.net.due(self.time):
+            by_target.setdefault(m.target, []).append(m)
+        for i in self.ids:
+            msgs = by_target.get(i)
+            if not msgs:
+                continue
+            sim = self.sims[i]
+            if sim.node is None:
+                continue
+            if sim.paused_until is not None:
+                sim.backlog.extend(msgs)
+                continue
+            self._apply(sim, sim.node.step_batch(msgs, sim.now(self.time)))
+
+    def _tick(self) -> None:
+        for i in self.ids:
+            sim = self.sims[i]
+            if sim.node is not None and sim.paused_until is None:
+                self._apply(sim, sim.node.tick(sim.now(self.time)))
+
+    def _clients(self) -> None:
+        rng = self.rng
+        if rng.random() < 0.35:
+            leader = self.known_leader
+            target = leader if leader is not None and rng.random() < 0.85 else rng.choice(self.ids)
+            sim = self.sims[target]
+            if sim.node is None or sim.paused_until is not None:
+                return
+            n = rng.randint(1, 6)
+            base = f"s{self.seed}-{self.step_no}-".encode()
+            bodies = [base + str(j).encode() + b"." * rng.randint(0, 300) for j in range(n)]
+            rid = sim.node._request_id(None)
+            self.outstanding[(target, sim.incarnation, rid)] = Proposal(APPEND, bodies, self.time)
+            self._trace(target, f"PROPOSE #{rid} {n} entries")
+            self._apply(sim, sim.node.propose(bodies, sim.now(self.time), request_id=rid))
+        if "transfer" in self.faults and rng.random() < 0.004:
+            leaders = [s for s in self.sims.values() if s.node is not None and s.node.is_leader]
+            if leaders:
+                src = leaders[0]
+                assert src.node is not None
+                target = rng.choice(self.ids)
+                rid = src.node._request_id(None)
+                self.outstanding[(src.id, src.incarnation, rid)] = Proposal("transfer", [], self.time)
+                self._trace(src.id, f"TRANSFER #{rid} to {target}")
+                self._apply(src, src.node.transfer_leader(target, src.now(self.time), request_id=rid))
+
+    def _maintenance(self) -> None:
+        t = self.time
+        for i in self.ids:
+            sim = self.sims[i]
+            node = sim.node
+            if node is None:
+                continue
+            if t >= sim.next_checkpoint:
+                sim.store.checkpoint()
+                self.checker.on_checkpoint(i, sim.store)
+                sim.next_checkpoint = t + self.rng.randint(100, 400)
+            if i in self.checker.damaged and not node.recovering and sim.store.damage is None:
+                self.checker.on_recovered(i)
+                self._trace(i, "recovered the lost committed entries")
+            bugs = [k for k in node.stats if k.startswith("bug_")]
+            if bugs:
+                raise InvariantViolation(f"{i} counted internal inconsistencies: {bugs}")
+
+    # -- liveness ------------------------------------------------------------------------------
+    def current_leader(self) -> RaftNode | None:
+        best: RaftNode | None = None
+        for i in self.ids:
+            n = self.sims[i].node
+            if n is not None and n.is_leader and (best is None or n.term > best.term):
+                best = n
+        return best
+
+    def _check_liveness(self, step: int) -> None:
+        assert self.heal_started is not None
+        raft = self.cfg.raft
+        leader = self.current_leader()
+        if leader is not None:
+            self.leader_seen_after_heal = True
+        limit = 6 * (raft.election_timeout_ms + raft.election_backoff_ms) + 200
+        if not self.leader_seen_after_heal and self.time - self.heal_started > limit:
+            raise InvariantViolation(f"no leader {self.time - self.heal_started} ms after the faults healed")
+        last_of_window = step == self.cfg.steps - 1 or self.phase(step + 1) == "faults"
+        if not last_of_window:
+            return
+        if leader is None:
+            raise InvariantViolation("no leader at the end of a heal period")
+        stale = [(k, p.at) for k, p in self.outstanding.items()]
+        if stale:
+            raise InvariantViolation(f"requests never answered after the faults healed: {stale[:5]}")
+        lc = leader.store.committed_index
+        if lc != leader.store.end_index:
+            raise InvariantViolation(f"leader {leader.node_id} has uncommitted entries "
+                                     f"{lc + 1}..{leader.store.end_index} after a quiet period")
+        for i in self.ids:
+            n = self.sims[i].node
+            if n is None:
+                raise InvariantViolation(f"{i} not running after the heal")
+            if n.store.committed_index != lc or n.term != leader.term or n.leader_id != leader.node_id:
+                raise InvariantViolation(f"{i} has not converged: commit {n.store.committed_index} term {n.term} "
+                                         f"leader {n.leader_id}; leader {leader.node_id} commit {lc} "
+                                         f"term {leader.term}")
+        if self.checker.damaged:
+            raise InvariantViolation(f"nodes still recovering lost data: {sorted(self.checker.damaged)}")
