@@ -71,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="write, tear and recover a store, then verify it")
     p.add_argument("--entries", type=int, default=200_000, help="how many entries to write")
     p.set_defaults(func=_demo)
+
+    from .commands import serve
+
+    serve.add_parsers(sub)
     return parser
 
 

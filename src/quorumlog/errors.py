@@ -110,3 +110,79 @@ class ConfigError(QuorumLogError):
     """A configuration value is missing or invalid."""
 
     code = ResponseCode.UNEXPECTED_ARGUMENT
+
+
+# --- errors a node answers with (raised by the clients) ---------------------------------------------
+class RequestError(QuorumLogError):
+    """A node refused or failed a request; `code` is its ResponseCode and `leader` its leader hint."""
+
+    def __init__(self, message: str = "", code: ResponseCode | None = None, leader: str | None = None) -> None:
+        super().__init__(message, code)
+        self.leader = leader
+
+
+class NotLeaderError(RequestError):
+    """The node is not the group's leader (`leader` names the one it knows, if any)."""
+
+    code = ResponseCode.NOT_LEADER
+
+
+class UnknownGroupError(RequestError):
+    """No such group on that node."""
+
+    code = ResponseCode.UNKNOWN_GROUP
+
+
+class UnknownMemberError(RequestError):
+    """The named node is not a member of the group."""
+
+    code = ResponseCode.UNKNOWN_MEMBER
+
+
+class IndexExpiredError(RequestError):
+    """The index is below the node's first index: its segment has expired."""
+
+    code = ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN
+
+
+class LeaderUnavailableError(RequestError):
+    """No leader could be reached before the retry deadline (an election, a partition, nodes down)."""
+
+    code = ResponseCode.LEADER_NOT_READY
+
+
+class AppendUncertainError(RequestError):
+    """The append may or may not have been committed (TERM_CHANGED, WAIT_QUORUM_ACK_TIMEOUT, connection
+    lost after sending) and the retry deadline passed; retrying it may write it twice."""
+
+
+class TransferError(RequestError):
+    """A leadership transfer was refused or did not complete (FALL_BEHIND_TOO_MUCH, TAKE_LEADERSHIP_FAILED…)."""
+
+
+_BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
+    ResponseCode.NOT_LEADER: NotLeaderError,
+    ResponseCode.UNKNOWN_GROUP: UnknownGroupError,
+    ResponseCode.UNKNOWN_MEMBER: UnknownMemberError,
+    ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN: IndexExpiredError,
+    ResponseCode.INDEX_OUT_OF_RANGE: IndexOutOfRangeError,
+    ResponseCode.UNEXPECTED_ARGUMENT: InvalidArgumentError,
+    ResponseCode.REQUEST_WITH_EMPTY_BODYS: InvalidArgumentError,
+    ResponseCode.DISK_FULL: DiskFullError,
+    ResponseCode.DISK_ERROR: DiskError,
+    ResponseCode.FALL_BEHIND_TOO_MUCH: TransferError,
+    ResponseCode.TAKE_LEADERSHIP_FAILED: TransferError,
+}
+
+
+def error_for(code: int, reason: str = "", leader: str | None = None) -> QuorumLogError:
+    """The typed exception for a node's non-SUCCESS answer."""
+    try:
+        rc = ResponseCode(code)
+    except ValueError:
+        rc = ResponseCode.UNKNOWN
+    message = f"{rc.name}: {reason}" if reason else rc.name
+    cls = _BY_CODE.get(rc, RequestError)
+    if issubclass(cls, RequestError):
+        return cls(message, rc, leader)
+    return cls(message, rc)

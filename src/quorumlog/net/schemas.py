@@ -10,6 +10,7 @@ from .bodies import (
     ANY,
     BOOL,
     BYTES,
+    I64_MAX,
     INDEX,
     INT,
     OPT_STR,
@@ -17,6 +18,7 @@ from .bodies import (
     U16,
     U32,
     FieldType,
+    Int,
     List,
     Map,
     Schema,
@@ -86,3 +88,33 @@ STATUS_REQUEST = _req(Op.STATUS, ("group", OPT_STR))
 STATUS_RESPONSE = _resp(Op.STATUS, ("status", Map(ANY)))
 LEADERSHIP_TRANSFER_REQUEST = _req(Op.LEADERSHIP_TRANSFER, ("group", GROUP), ("target", NODE_ID))
 LEADERSHIP_TRANSFER_RESPONSE = _resp(Op.LEADERSHIP_TRANSFER, ("leader", OPT_STR), ("term", INT))
+
+# --- Raft peer messages -----------------------------------------------------------------------------
+# Peers exchange the Raft core's messages as ONEWAY frames (the core is asynchronous: an answer may
+# leave long after its request, e.g. a push ack held until fdatasync). The frame's request_id says
+# which message of the op's pair the body holds: PEER_REQUEST (0) or PEER_RESPONSE (1).
+# Field order is the message dataclasses' order (src/quorumlog/raft/messages.py).
+PEER_REQUEST = 0
+PEER_RESPONSE = 1
+TERM = Int(0, I64_MAX, "term")
+ACKED = Int(-2, I64_MAX, "acked")  # -2: nothing acknowledged
+_PEER_HEAD: tuple[tuple[str, FieldType], ...] = (("group", GROUP), ("sender", NODE_ID), ("target", NODE_ID),
+                                                  ("term", TERM))
+PEER_MESSAGES: dict[tuple[int, int], Schema] = {
+    (Op.VOTE, PEER_REQUEST): Schema("VoteRequest", (*_PEER_HEAD, ("last_index", INDEX), ("last_term", TERM),
+                                                   ("pre_vote", BOOL), ("transfer", BOOL))),
+    (Op.VOTE, PEER_RESPONSE): Schema("VoteResponse", (*_PEER_HEAD, ("granted", BOOL), ("pre_vote", BOOL),
+                                                     ("code", INT))),
+    (Op.HEART_BEAT, PEER_REQUEST): Schema("HeartbeatRequest", (*_PEER_HEAD, ("commit_index", INDEX),
+                                                              ("last_index", INDEX))),
+    (Op.HEART_BEAT, PEER_RESPONSE): Schema("HeartbeatResponse", (*_PEER_HEAD, ("code", INT))),
+    (Op.PUSH, PEER_REQUEST): Schema("PushRequest", (*_PEER_HEAD, ("kind", Int(0, 3, "push kind")),
+                                                   ("index", INDEX), ("prev_term", TERM),
+                                                   ("commit_index", INDEX), ("count", U32), ("last_term", TERM),
+                                                   ("data", BYTES))),
+    (Op.PUSH, PEER_RESPONSE): Schema("PushResponse", (*_PEER_HEAD, ("kind", Int(0, 3, "push kind")),
+                                                     ("code", INT), ("index", INDEX), ("acked", ACKED),
+                                                     ("end_index", INDEX), ("begin_index", INDEX),
+                                                     ("conflict_index", INDEX), ("conflict_term", TERM))),
+    (Op.LEADERSHIP_TRANSFER, PEER_REQUEST): Schema("TimeoutNow", _PEER_HEAD),
+}

@@ -1,0 +1,582 @@
+"""Clients: `AsyncClient` (asyncio) and `Client` (synchronous, for scripts and Spark workers).
+
+    with Client("127.0.0.1:9000,127.0.0.1:9001,127.0.0.1:9002", group="g0") as c:
+        r = c.append(b"event")            # AppendResult(index, term, pos)
+        c.append_many([b"a", b"b"])       # one frame, one quorum wait
+        e = c.get(r.index)                # Entry(index, term, pos, body)
+        for e in c.read(0, 1000): ...     # committed entries only
+        c.metadata()                      # leader, term, members, per-node indexes
+
+The client finds the leader through METADATA, follows NOT_LEADER redirects, and retries with back-off
+across a leader change until `retry_timeout`. Appends are pipelined: concurrent calls share one
+connection and many requests may be in flight.
+
+**A retried append may be written twice.** When an append fails in a way that leaves its fate open
+(TERM_CHANGED, WAIT_QUORUM_ACK_TIMEOUT, the connection lost after the request left), the entry may
+still commit; the client retries, and the log may then hold it twice (at two indexes). There is no
+idempotent producer yet; pass `retry_uncertain=False` to get an AppendUncertainError instead and decide.
+Reads never return uncommitted entries; every entry read is CRC-checked on arrival.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from concurrent.futures import Future as ConcurrentFuture
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .config import MAX_BODY_BYTES
+from .entry import HEADER_SIZE, Entry, check_entry
+from .errors import (
+    AppendUncertainError,
+    LeaderUnavailableError,
+    NotLeaderError,
+    QuorumLogError,
+    ResponseCode,
+    error_for,
+)
+from .net.bodies import Schema, decode_response
+from .net.connection import Connection, connect
+from .net.errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError, ResponseError
+from .net.frames import ONEWAY, Frame
+from .net.ops import Op
+from .net.schemas import (
+    APPEND_BATCH_REQUEST,
+    APPEND_BATCH_RESPONSE,
+    APPEND_REQUEST,
+    APPEND_RESPONSE,
+    GET_REQUEST,
+    GET_RESPONSE,
+    LEADERSHIP_TRANSFER_REQUEST,
+    LEADERSHIP_TRANSFER_RESPONSE,
+    METADATA_REQUEST,
+    METADATA_RESPONSE,
+    READ_REQUEST,
+    READ_RESPONSE,
+    STATUS_REQUEST,
+    STATUS_RESPONSE,
+    TAIL_PUSH,
+    TAIL_REQUEST,
+    TAIL_RESPONSE,
+    UNTAIL_REQUEST,
+)
+
+T = TypeVar("T")
+
+# Codes after which the same request may simply go again (to the leader, once known).
+_RETRY = frozenset({ResponseCode.NOT_LEADER, ResponseCode.LEADER_TRANSFERRING, ResponseCode.LEADER_PENDING_FULL,
+                    ResponseCode.LEADER_NOT_READY, ResponseCode.TIMEOUT, ResponseCode.NETWORK_ERROR})
+# Codes after which an append's fate is open: it may have been committed anyway.
+_UNCERTAIN = frozenset({ResponseCode.TERM_CHANGED, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT})
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where an appended entry landed."""
+
+    index: int
+    term: int
+    pos: int
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata:
+    """A group's leader, term and members, and each member's indexes (None for a node that did not answer)."""
+
+    group: str
+    leader: str | None
+    term: int
+    peers: dict[str, str]
+    nodes: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+
+
+def parse_endpoints(endpoints: str | Sequence[str]) -> list[str]:
+    items = endpoints.split(",") if isinstance(endpoints, str) else list(endpoints)
+    out = [e.strip() for e in items if e.strip()]
+    if not out:
+        raise QuorumLogError("no endpoints given", ResponseCode.UNEXPECTED_ARGUMENT)
+    for e in out:
+        host, _, port = e.rpartition(":")
+        if not host or not port.isdigit():
+            raise QuorumLogError(f"bad endpoint {e!r}: expected host:port", ResponseCode.UNEXPECTED_ARGUMENT)
+    return out
+
+
+def _split(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class AsyncClient:
+    """An asyncio client of one group. Use `async with AsyncClient(...) as c:` or call close()."""
+
+    def __init__(self, endpoints: str | Sequence[str], group: str = "g0", *, cluster: str = "quorumlog",
+                 secret: str | None = None, request_timeout: float = 5.0, retry_timeout: float = 15.0,
+                 retry_uncertain: bool = True, connect_timeout: float = 2.0) -> None:
+        self.endpoints = parse_endpoints(endpoints)
+        self.group = group
+        self.cluster = cluster
+        self.secret = secret
+        self.request_timeout = request_timeout
+        self.retry_timeout = retry_timeout
+        self.retry_uncertain = retry_uncertain
+        self.connect_timeout = connect_timeout
+        self.peers: dict[str, str] = {}  # node id -> address, learnt from METADATA
+        self.leader: str | None = None
+        self.term = 0
+        self._leader_addr: str | None = None
+        self._conns: dict[str, Connection] = {}
+        self._connecting: dict[str, asyncio.Future[Connection]] = {}
+        self._tailqs: dict[tuple[int, int], asyncio.Queue[Any]] = {}
+        self._rng = random.Random()
+        self._closed = False
+        self.retries = 0  # requests sent again after a redirect, error or lost connection
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        conns = list(self._conns.values())
+        self._conns.clear()
+        for c in conns:
+            c.close("client closed")
+        for c in conns:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(2.0):
+                    await c.wait_closed()
+
+    # -- connections -------------------------------------------------------------------------------
+    async def _conn(self, addr: str) -> Connection:
+        conn = self._conns.get(addr)
+        if conn is not None and conn.is_established:
+            return conn
+        pending = self._connecting.get(addr)
+        if pending is None:
+            pending = asyncio.ensure_future(self._open(addr))
+            self._connecting[addr] = pending
+            pending.add_done_callback(lambda _f: self._connecting.pop(addr, None))
+        return await asyncio.shield(pending)
+
+    async def _open(self, addr: str) -> Connection:
+        if self._closed:
+            raise ConnectionClosedError("client is closed")
+        host, port = _split(addr)
+        conn = await connect(host, port, cluster=self.cluster, secret=self.secret, handler=self._on_frame,
+                             timeout=self.connect_timeout, on_close=self._on_close)
+        self._conns[addr] = conn
+        return conn
+
+    def _on_frame(self, conn: Connection, f: Frame) -> None:
+        if f.kind == ONEWAY and f.op == Op.TAIL:
+            key = (id(conn), f.request_id)
+            q = self._tailqs.get(key)
+            if q is None:  # the push overtook our handling of the TAIL response
+                q = self._tailqs[key] = asyncio.Queue()
+            q.put_nowait(TAIL_PUSH.decode(f.body))
+            return
+        raise ProtocolError(f"unexpected frame op {f.op} kind {f.kind} from a node")
+
+    def _on_close(self, conn: Connection) -> None:
+        for (cid, _rid), q in self._tailqs.items():
+            if cid == id(conn):
+                q.put_nowait(None)
+        for addr, c in list(self._conns.items()):
+            if c is conn:
+                del self._conns[addr]
+                if addr == self._leader_addr:
+                    self._leader_addr = None
+
+    def _addresses(self) -> list[str]:
+        seen = dict.fromkeys(self.endpoints)
+        for addr in self.peers.values():
+            seen.setdefault(addr)
+        return list(seen)
+
+    async def _call(self, addr: str, op: Op, body: bytes, schema: Schema, timeout: float | None = None) -> Any:
+        conn = await self._conn(addr)
+        f = await conn.request(op, body, timeout=timeout or self.request_timeout)
+        return decode_response(schema, f.body)
+
+    # -- leader discovery --------------------------------------------------------------------------
+    async def _metadata_from(self, addr: str) -> Any:
+        r = await self._call(addr, Op.METADATA, METADATA_REQUEST.encode(self.group), METADATA_RESPONSE)
+        self.peers = dict(r.peers)
+        if r.term >= self.term:
+            self.term = r.term
+            self.leader = r.leader
+        return r
+
+    async def _find_leader(self, deadline: float) -> str:
+        """The leader's address, asking the known nodes (in parallel) until one names a reachable leader."""
+        loop = asyncio.get_running_loop()
+        delay = 0.01
+        last: BaseException | None = None
+        while True:
+            if self._leader_addr is not None:
+                return self._leader_addr
+            addrs = self._addresses()
+            results = await asyncio.gather(*(self._metadata_from(a) for a in addrs), return_exceptions=True)
+            best = None
+            for r in results:
+                if isinstance(r, BaseException):
+                    if isinstance(r, ResponseError | HandshakeError) and r.code == ResponseCode.UNKNOWN_GROUP:
+                        raise error_for(r.code, str(r))
+                    if isinstance(r, HandshakeError):
+                        raise r
+                    last = r
+                elif r.leader is not None and (best is None or r.term > best.term):
+                    best = r
+            if best is not None and best.leader in self.peers:
+                self.leader = best.leader
+                self.term = best.term
+                self._leader_addr = self.peers[best.leader]
+                return self._leader_addr
+            if loop.time() + delay > deadline:
+                raise LeaderUnavailableError(f"no leader of group {self.group} found among {', '.join(addrs)}"
+                                             + (f" (last error: {last})" if last else ""))
+            await asyncio.sleep(delay * (0.5 + self._rng.random()))
+            delay = min(delay * 2, 0.2)
+
+    def _redirect(self, leader: str | None) -> None:
+        if leader is not None and leader in self.peers:
+            self.leader = leader
+            self._leader_addr = self.peers[leader]
+        else:
+            self._leader_addr = None
+
+    async def _leader_call(self, op: Op, body: bytes, schema: Schema, *, uncertain_ok: bool) -> Any:
+        """Send to the leader, following redirects and retrying until retry_timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.retry_timeout
+        delay = 0.01
+        while True:
+            addr = await self._find_leader(deadline)
+            code: ResponseCode
+            sent = False
+            try:
+                conn = await self._conn(addr)
+                sent = True
+                f = await conn.request(op, body, timeout=self.request_timeout)
+                return decode_response(schema, f.body)
+            except ResponseError as e:
+                code = e.code
+                if code == ResponseCode.NOT_LEADER:
+                    self._redirect(e.leader)
+                    if e.leader is not None and e.leader in self.peers and loop.time() < deadline:
+                        self.retries += 1
+                        continue  # a named leader: go there at once
+                elif code in _UNCERTAIN:
+                    self._leader_addr = None
+                    if not uncertain_ok:
+                        raise AppendUncertainError(str(e), code, e.leader) from None
+                elif code not in _RETRY:
+                    raise error_for(code, e.reason, e.leader) from None
+                err: QuorumLogError = e
+            except (ConnectionClosedError, OSError, RequestTimeoutError) as e:
+                self._leader_addr = None
+                if sent and not uncertain_ok:
+                    raise AppendUncertainError(f"connection to {addr} lost with the request in flight: {e}",
+                                               ResponseCode.NETWORK_ERROR) from None
+                err = e if isinstance(e, QuorumLogError) else ConnectionClosedError(str(e))
+            if loop.time() + delay > deadline:
+                if isinstance(err, ResponseError):
+                    raise error_for(err.code, err.reason, err.leader) from None
+                raise LeaderUnavailableError(f"group {self.group}: gave up after {self.retry_timeout}s: {err}",
+                                             ResponseCode.LEADER_NOT_READY) from None
+            self.retries += 1
+            await asyncio.sleep(delay * (0.5 + self._rng.random()))
+            delay = min(delay * 2, 0.2)
+
+    # -- appends -----------------------------------------------------------------------------------
+    async def append(self, body: bytes) -> AppendResult:
+        """Append one entry; returns once it is committed (durable on a majority)."""
+        r = await self._leader_call(Op.APPEND, APPEND_REQUEST.encode(self.group, body), APPEND_RESPONSE,
+                                    uncertain_ok=self.retry_uncertain)
+        return AppendResult(r.index, r.term, r.pos)
+
+    async def append_many(self, bodies: Sequence[bytes]) -> list[AppendResult]:
+        """Append entries as one request (one frame, one quorum wait); indexes are consecutive."""
+        body = APPEND_BATCH_REQUEST.encode(self.group, list(bodies))
+        r = await self._leader_call(Op.APPEND_BATCH, body, APPEND_BATCH_RESPONSE, uncertain_ok=self.retry_uncertain)
+        return [AppendResult(r.first_index + i, r.term, p) for i, p in enumerate(r.positions)]
+
+    async def append_batch_raw(self, bodies: Sequence[bytes]) -> tuple[int, int]:
+        """append_many without building per-entry results: (first index, count). For high-rate producers."""
+        body = APPEND_BATCH_REQUEST.encode(self.group, list(bodies))
+        r = await self._leader_call(Op.APPEND_BATCH, body, APPEND_BATCH_RESPONSE, uncertain_ok=self.retry_uncertain)
+        return r.first_index, len(r.positions)
+
+    # -- reads -------------------------------------------------------------------------------------
+    async def _any_call(self, op: Op, body: bytes, schema: Schema, prefer_leader: bool = True) -> Any:
+        """A read-only request: the leader if known, else any node that answers."""
+        order = self._addresses()
+        if prefer_leader and self._leader_addr is not None:
+            order = [self._leader_addr] + [a for a in order if a != self._leader_addr]
+        last: BaseException | None = None
+        for addr in order:
+            try:
+                return await self._call(addr, op, body, schema)
+            except ResponseError as e:
+                raise error_for(e.code, e.reason, e.leader) from None
+            except (ConnectionClosedError, OSError, RequestTimeoutError) as e:
+                last = e
+        raise LeaderUnavailableError(f"no node of {', '.join(order)} answered: {last}", ResponseCode.NETWORK_ERROR)
+
+    async def get(self, index: int) -> Entry:
+        """The committed entry at `index` (IndexOutOfRangeError when it is not committed)."""
+        r = await self._any_call(Op.GET, GET_REQUEST.encode(self.group, index), GET_RESPONSE)
+        entries = _decode(r.entry, MAX_BODY_BYTES)
+        if len(entries) != 1 or entries[0].index != index:
+            raise QuorumLogError(f"node answered GET {index} with something else", ResponseCode.INCONSISTENT_STATE)
+        return entries[0]
+
+    async def read_batch(self, start: int, max_entries: int = 10000, max_bytes: int = 4 << 20,
+                         include_control: bool = False) -> tuple[list[Entry], int, int]:
+        """One READ: (committed entries from `start`, the next index to ask for, the committed index)."""
+        body = READ_REQUEST.encode(self.group, start, max_entries, max_bytes, include_control)
+        r = await self._any_call(Op.READ, body, READ_RESPONSE)
+        return _decode(r.entries, MAX_BODY_BYTES), r.next_index, r.committed_index
+
+    async def read(self, start: int, count: int, *, include_control: bool = False,
+                   batch: int = 10000) -> AsyncIterator[Entry]:
+        """Committed entries with indexes start..start+count-1 (fewer when the log ends first)."""
+        end = start + count
+        nxt = start
+        while nxt < end:
+            entries, after, _committed = await self.read_batch(nxt, min(batch, end - nxt), 4 << 20,
+                                                               include_control)
+            for e in entries:
+                if e.index < end:
+                    yield e
+            if after <= nxt:
+                return  # nothing more committed
+            nxt = after
+
+    async def tail(self, start: int, *, include_control: bool = False) -> AsyncIterator[Entry]:
+        """Every committed entry from `start` on, as it commits; follows the cluster across node failures."""
+        nxt = start
+        while not self._closed:
+            conn: Connection | None = None
+            rid = -1
+            try:
+                order = self._addresses()
+                if self._leader_addr is not None:
+                    order.insert(0, self._leader_addr)
+                for addr in order:
+                    try:
+                        conn = await self._conn(addr)
+                        break
+                    except (ConnectionClosedError, OSError, RequestTimeoutError):
+                        continue
+                if conn is None:
+                    await asyncio.sleep(0.2)
+                    continue
+                f = await conn.request(Op.TAIL, TAIL_REQUEST.encode(self.group, nxt, include_control),
+                                       timeout=self.request_timeout)
+                try:
+                    decode_response(TAIL_RESPONSE, f.body)
+                except ResponseError as e:
+                    raise error_for(e.code, e.reason, e.leader) from None
+                rid = f.request_id
+                key = (id(conn), rid)
+                q = self._tailqs.setdefault(key, asyncio.Queue())
+                while True:
+                    push = await q.get()
+                    if push is None:
+                        break  # the connection closed: resubscribe elsewhere from nxt
+                    for e in _decode(push.entries, MAX_BODY_BYTES):
+                        if e.index >= nxt:
+                            yield e
+                    nxt = max(nxt, push.next_index)
+            except (ConnectionClosedError, RequestTimeoutError, OSError):
+                await asyncio.sleep(0.05)
+            finally:
+                if conn is not None and rid >= 0:
+                    self._tailqs.pop((id(conn), rid), None)
+                    if conn.is_established:
+                        with contextlib.suppress(Exception):
+                            conn.send_request(Op.UNTAIL, UNTAIL_REQUEST.encode(rid), timeout=1.0)
+
+    # -- cluster -----------------------------------------------------------------------------------
+    async def metadata(self, *, with_nodes: bool = True) -> Metadata:
+        """Leader, term and members; with_nodes adds each member's status (begin/end/committed index)."""
+        last: BaseException | None = None
+        r = None
+        for addr in self._addresses():
+            try:
+                r = await self._metadata_from(addr)
+                break
+            except ResponseError as e:
+                raise error_for(e.code, e.reason, e.leader) from None
+            except (ConnectionClosedError, OSError, RequestTimeoutError) as e:
+                last = e
+        if r is None:
+            raise LeaderUnavailableError(f"no node answered METADATA: {last}", ResponseCode.NETWORK_ERROR)
+        nodes: dict[str, dict[str, Any] | None] = {}
+        if with_nodes:
+            ids = list(r.peers)
+            docs = await asyncio.gather(*(self.node_status(r.peers[i]) for i in ids), return_exceptions=True)
+            for i, d in zip(ids, docs, strict=True):
+                nodes[i] = None if isinstance(d, BaseException) else d.get("groups", {}).get(self.group)
+        return Metadata(r.group, r.leader, r.term, dict(r.peers), nodes)
+
+    async def node_status(self, addr: str, *, all_groups: bool = False) -> dict[str, Any]:
+        """The STATUS document of the node at `addr` (this group's, or every group's)."""
+        try:
+            r = await self._call(addr, Op.STATUS, STATUS_REQUEST.encode(None if all_groups else self.group),
+                                 STATUS_RESPONSE, timeout=2.0)
+        except ResponseError as e:
+            raise error_for(e.code, e.reason, e.leader) from None
+        return dict(r.status)
+
+    async def transfer_leader(self, target: str) -> str | None:
+        """Hand leadership to node `target`; returns the new leader once it took over."""
+        body = LEADERSHIP_TRANSFER_REQUEST.encode(self.group, target)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.retry_timeout
+        while True:
+            addr = await self._find_leader(deadline)
+            try:
+                r = await self._call(addr, Op.LEADERSHIP_TRANSFER, body, LEADERSHIP_TRANSFER_RESPONSE)
+            except ResponseError as e:
+                if e.code == ResponseCode.NOT_LEADER and loop.time() < deadline:
+                    self._redirect(e.leader)
+                    await asyncio.sleep(0.05)
+                    continue
+                raise error_for(e.code, e.reason, e.leader) from None
+            self._leader_addr = None
+            return r.leader or target
+
+
+class Client:
+    """The synchronous client: the same operations as AsyncClient, run on a private event loop in a
+    background thread (so it also works inside programs that already run an asyncio loop)."""
+
+    def __init__(self, endpoints: str | Sequence[str], group: str = "g0", **kwargs: Any) -> None:
+        self._loop = _new_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="quorumlog-client", daemon=True)
+        self._thread.start()
+        self._closed = False
+
+        async def make() -> AsyncClient:
+            return AsyncClient(endpoints, group, **kwargs)
+
+        self._ac = self._run(make())
+
+    @property
+    def aio(self) -> AsyncClient:
+        return self._ac
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> ConcurrentFuture[T]:
+        if self._closed:
+            coro.close()
+            raise QuorumLogError("client is closed", ResponseCode.NETWORK_ERROR)
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._submit(coro).result()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        with contextlib.suppress(Exception):
+            self._run(self._ac.close())
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        if not self._loop.is_running():
+            self._loop.close()
+
+    def append(self, body: bytes) -> AppendResult:
+        return self._run(self._ac.append(body))
+
+    def append_many(self, bodies: Sequence[bytes]) -> list[AppendResult]:
+        return self._run(self._ac.append_many(bodies))
+
+    def append_async(self, body: bytes) -> ConcurrentFuture[AppendResult]:
+        """Start an append and return at once (pipelining from synchronous code)."""
+        return self._submit(self._ac.append(body))
+
+    def get(self, index: int) -> Entry:
+        return self._run(self._ac.get(index))
+
+    def read(self, start: int, count: int, *, include_control: bool = False) -> Iterator[Entry]:
+        """Committed entries start..start+count-1, fetched a batch at a time."""
+        return self._iterate(self._ac.read(start, count, include_control=include_control))
+
+    def tail(self, start: int, *, include_control: bool = False) -> Iterator[Entry]:
+        """Committed entries from `start` on, as they commit (blocks waiting for the next one)."""
+        return self._iterate(self._ac.tail(start, include_control=include_control))
+
+    def _iterate(self, agen: AsyncIterator[Entry]) -> Iterator[Entry]:
+        try:
+            while True:
+                try:
+                    yield self._run(_anext(agen))
+                except StopAsyncIteration:
+                    return
+        finally:
+            if not self._closed:
+                with contextlib.suppress(Exception):
+                    self._run(_aclose(agen))
+
+    def metadata(self, *, with_nodes: bool = True) -> Metadata:
+        return self._run(self._ac.metadata(with_nodes=with_nodes))
+
+    def node_status(self, addr: str, *, all_groups: bool = False) -> dict[str, Any]:
+        return self._run(self._ac.node_status(addr, all_groups=all_groups))
+
+    def transfer_leader(self, target: str) -> str | None:
+        return self._run(self._ac.transfer_leader(target))
+
+
+def _decode(buf: bytes, max_body: int) -> list[Entry]:
+    """Entries of a READ/GET/TAIL answer, each CRC-checked. The chain CRC is not followed from one entry
+    to the next: reads leave NOOP/CONFIG entries out, so consecutive entries need not be neighbours."""
+    out = []
+    off = 0
+    n = len(buf)
+    while off < n:
+        magic, size, index, term, pos, _c, _chain, _b, _s = check_entry(buf, off, None, max_body)
+        out.append(Entry(index, term, pos, buf[off + HEADER_SIZE:off + size], magic))
+        off += size
+    return out
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when the wire layer accepts its transports (see server/loopcompat.py), else asyncio's loop."""
+    try:
+        import uvloop
+        import uvloop.loop
+    except ImportError:
+        return asyncio.new_event_loop()
+    if issubclass(uvloop.loop.TCPTransport, asyncio.Transport):
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+async def _anext(agen: AsyncIterator[T]) -> T:
+    return await agen.__anext__()
+
+
+async def _aclose(agen: AsyncIterator[Any]) -> None:
+    close: Callable[[], Awaitable[None]] | None = getattr(agen, "aclose", None)
+    if close is not None:
+        await close()
+
+
+__all__ = ["AppendResult", "AsyncClient", "Client", "Metadata", "NotLeaderError", "parse_endpoints"]

@@ -1,0 +1,1 @@
+"""Subcommands of `quorumlog` that talk to nodes or run them (cli.py registers them)."""

@@ -1,0 +1,54 @@
+"""`quorumlog serve` and `quorumlog local-cluster`."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("serve", help="run one node", description=(
+        "Run one node: every group it belongs to, on one port for peers and clients. Settings come from "
+        "--config node.toml, or from the flags (flags override the file's top-level settings). SIGTERM or "
+        "Ctrl-C flushes, checkpoints and exits 0."))
+    p.add_argument("--config", help="node TOML file")
+    p.add_argument("--id", dest="node_id", help="this node's id (must be in --peers)")
+    p.add_argument("--group", action="append", help="group name(s) hosted; repeatable or comma list (default g0)")
+    p.add_argument("--peers", help="every member: n0=127.0.0.1:9000,n1=127.0.0.1:9001,...")
+    p.add_argument("--data-dir", help="data directory (stores live in DIR/<group>/<id>)")
+    p.add_argument("--listen", help="host:port to bind (default: this node's address in --peers)")
+    p.add_argument("--admin-port", type=int, help="serve /status and /metrics over HTTP on this port")
+    p.add_argument("--cluster", help="cluster name checked at HELLO (default quorumlog)")
+    p.add_argument("--secret", help="shared secret for HMAC authentication of peers and clients")
+    p.add_argument("--flush", choices=("sync", "async"), help="fdatasync before acks (sync, default) or not")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
+    p.set_defaults(func=_serve)
+
+    p = sub.add_parser("local-cluster", help="run a whole cluster on this machine", description=(
+        "Start N `quorumlog serve` processes on 127.0.0.1, print their endpoints and admin URLs, and stop them "
+        "all cleanly on Ctrl-C or SIGTERM. Nothing is restarted automatically."))
+    p.add_argument("--nodes", type=int, default=3, help="number of nodes (default 3)")
+    p.add_argument("--groups", type=int, default=1, help="number of groups g0..gN-1, each on every node (default 1)")
+    p.add_argument("--data-dir", required=True, help="data directory; node i uses DIR/n<i>")
+    p.add_argument("--base-port", type=int, default=9000,
+                   help="node i listens on P+i, its admin HTTP on P+100+i (default 9000)")
+    p.add_argument("--flush", choices=("sync", "async"), default="sync")
+    p.add_argument("--secret", help="shared secret for every node")
+    p.add_argument("--log-level", default="WARNING", help="log level of the nodes (default WARNING)")
+    p.set_defaults(func=_local_cluster)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from ..server.main import config_from_flags, run_serve
+
+    cfg = config_from_flags(config=args.config, node_id=args.node_id, groups=args.group, peers=args.peers,
+                            data_dir=args.data_dir, admin_port=args.admin_port, cluster=args.cluster,
+                            secret=args.secret, listen=args.listen, flush=args.flush)
+    return run_serve(cfg, args.log_level)
+
+
+def _local_cluster(args: argparse.Namespace) -> int:
+    from ..server.cluster import run_local_cluster
+
+    return run_local_cluster(nodes=args.nodes, groups=args.groups, data_dir=args.data_dir,
+                             base_port=args.base_port, flush=args.flush, secret=args.secret,
+                             log_level=args.log_level)

@@ -1,0 +1,224 @@
+"""`quorumlog local-cluster`: N `quorumlog serve` processes on 127.0.0.1, and the same as a library
+(`LocalCluster`) for the benchmark and the tests.
+
+Each node gets a TOML file in its data directory, so a node can be restarted by hand with the command
+the cluster prints. Nothing is restarted automatically: a node that dies stays dead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct ports the OS considers free right now (bound to port 0, then released)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@dataclass
+class LocalNode:
+    node_id: str
+    port: int
+    admin_port: int
+    data_dir: Path
+    config_path: Path
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@dataclass
+class LocalCluster:
+    """Nodes n0..n{N-1} hosting groups g0..g{G-1}; ports from `base_port` (or free ephemeral ports)."""
+
+    root: Path
+    nodes_count: int = 3
+    groups: int = 1
+    base_port: int | None = None
+    flush: str = "sync"
+    secret: str | None = None
+    log_level: str = "WARNING"
+    raft: Mapping[str, Any] = field(default_factory=dict)
+    store: Mapping[str, Any] = field(default_factory=dict)
+    nodes: list[LocalNode] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+        n = self.nodes_count
+        if self.base_port is not None:
+            ports = [self.base_port + i for i in range(n)]
+            admin = [self.base_port + 100 + i for i in range(n)]
+        else:
+            got = free_ports(2 * n)
+            ports, admin = got[:n], got[n:]
+        for i in range(n):
+            d = self.root / f"n{i}"
+            self.nodes.append(LocalNode(f"n{i}", ports[i], admin[i], d, d / "node.toml", d / "node.log"))
+        self.write_configs()
+
+    @property
+    def group_names(self) -> list[str]:
+        return [f"g{i}" for i in range(self.groups)]
+
+    @property
+    def endpoints(self) -> str:
+        return ",".join(n.address for n in self.nodes)
+
+    def write_configs(self) -> None:
+        peers = ",".join(f"{n.node_id}={n.address}" for n in self.nodes)
+        for node in self.nodes:
+            node.data_dir.mkdir(parents=True, exist_ok=True)
+            lines = [f"id = {_toml_value(node.node_id)}", f"data_dir = {_toml_value(str(node.data_dir))}",
+                     f"listen = {_toml_value(node.address)}", f"admin_listen = \"127.0.0.1:{node.admin_port}\""]
+            if self.secret:
+                lines.append(f"secret = {_toml_value(self.secret)}")
+            lines.append("[raft]")
+            lines += [f"{k} = {_toml_value(v)}" for k, v in self.raft.items()]
+            lines.append("[store]")
+            lines.append(f"flush = {_toml_value(self.flush)}")
+            lines += [f"{k} = {_toml_value(v)}" for k, v in self.store.items()]
+            for g in self.group_names:
+                lines += ["[[group]]", f"name = {_toml_value(g)}", f"peers = {_toml_value(peers)}"]
+            node.config_path.write_text("\n".join(lines) + "\n")
+
+    def command(self, node: LocalNode) -> list[str]:
+        return [sys.executable, "-m", "quorumlog", "serve", "--config", str(node.config_path),
+                "--log-level", self.log_level]
+
+    def start(self, i: int | None = None) -> None:
+        """Start node i (or every node not running)."""
+        for node in self.nodes if i is None else [self.nodes[i]]:
+            if node.alive:
+                continue
+            log = open(node.log_path, "ab")  # noqa: SIM115 - the child keeps it open
+            try:
+                node.proc = subprocess.Popen(self.command(node), stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, start_new_session=True)
+            finally:
+                log.close()
+
+    def kill(self, i: int, sig: int = signal.SIGKILL, timeout: float = 15.0) -> int | None:
+        """Send `sig` to node i and wait (bounded) for it to exit; returns its exit status."""
+        node = self.nodes[i]
+        if node.proc is None:
+            return None
+        if node.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                node.proc.send_signal(sig)
+        try:
+            return node.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            node.proc.kill()
+            return node.proc.wait(5)
+
+    def stop(self, timeout: float = 15.0) -> dict[str, int | None]:
+        """SIGTERM every node, wait for each (bounded), SIGKILL stragglers. Returns exit statuses."""
+        for node in self.nodes:
+            if node.alive:
+                assert node.proc is not None
+                with contextlib.suppress(ProcessLookupError):
+                    node.proc.send_signal(signal.SIGTERM)
+        out: dict[str, int | None] = {}
+        deadline = time.monotonic() + timeout
+        for node in self.nodes:
+            if node.proc is None:
+                out[node.node_id] = None
+                continue
+            try:
+                out[node.node_id] = node.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                node.proc.kill()
+                out[node.node_id] = node.proc.wait(5)
+        return out
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int, flush: str = "sync",
+                      secret: str | None = None, log_level: str = "WARNING") -> int:
+    """Start the cluster, print where it is, wait for Ctrl-C/SIGTERM, stop every node."""
+    from rich.console import Console
+
+    console = Console()
+    cluster = LocalCluster(Path(data_dir), nodes, groups, base_port, flush, secret, log_level)
+    for node in cluster.nodes:
+        for port in (node.port, node.admin_port):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError as e:
+                    console.print(f"[red]quorumlog: error: port {port} is not free: {e.strerror}[/red]")
+                    return 2
+    stop = False
+
+    def on_signal(_sig: int, _frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        cluster.start()
+        console.print(f"[bold]quorumlog local cluster[/bold]: {nodes} nodes, groups {', '.join(cluster.group_names)}, "
+                      f"flush {flush}, data in {data_dir}")
+        for node in cluster.nodes:
+            console.print(f"  {node.node_id}  {node.address}  admin {node.admin_url}/status  "
+                          f"pid {node.proc.pid if node.proc else '-'}  log {node.log_path}")
+        console.print(f"endpoints: {cluster.endpoints}")
+        console.print("Ctrl-C stops every node.")
+        reported: set[str] = set()
+        while not stop:
+            time.sleep(0.2)
+            for node in cluster.nodes:
+                if node.proc is not None and node.proc.poll() is not None and node.node_id not in reported:
+                    reported.add(node.node_id)
+                    console.print(f"[yellow]{node.node_id} exited with status {node.proc.returncode} "
+                                  f"(not restarted; see {node.log_path})[/yellow]")
+    finally:
+        console.print("stopping…")
+        statuses = cluster.stop()
+        for s, h in old.items():
+            signal.signal(s, h)
+    console.print("stopped: " + ", ".join(f"{k} exit {v}" for k, v in statuses.items()))
+    return 0

@@ -1,0 +1,323 @@
+"""One group hosted by a node: its RaftNode and store, the clients waiting on it, its flushes.
+
+The Ready contract (raft/ready.py) is applied here: the core has written to the store when a call
+returns; messages go out at once (the core never claims more than is durable); one `store.flush()` at a
+time runs in this group's worker thread and covers everything written before it started (group commit:
+all the appends of the loop iterations meanwhile share the next one); then `on_flushed` releases what
+waited for durability, and completions answer clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from ..config import GroupConfig
+from ..errors import QuorumLogError, ResponseCode
+from ..net.bodies import encode_error
+from ..net.connection import Connection
+from ..net.frames import Frame
+from ..raft.messages import Message, PushRequest, Role
+from ..raft.node import RaftNode
+from ..raft.ready import APPEND, Completion, Ready
+from ..store.file_store import store_dir
+from .metrics import Histogram
+from .store import NodeStore
+
+log = logging.getLogger("quorumlog.server")
+
+_packb = msgpack.packb
+SUCCESS = int(ResponseCode.SUCCESS)
+# One proposal gathers the appends of one loop iteration, up to these bounds (the rest wait one more turn).
+MAX_PROPOSAL_ENTRIES = 16384
+MAX_PROPOSAL_BYTES = 8 << 20
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+@dataclass(slots=True)
+class _Append:
+    """A client's APPEND or APPEND_BATCH waiting to be proposed or committed."""
+
+    conn: Connection
+    frame_op: int
+    request_id: int
+    bodies: list[bytes]
+    single: bool
+    t0: float
+
+
+@dataclass(slots=True)
+class GroupStats:
+    """What /metrics reports for a group besides the core's own counters."""
+
+    append_latency: Histogram = field(default_factory=Histogram)  # request arrival -> answer, per request
+    commit_latency: Histogram = field(default_factory=Histogram)  # proposal -> quorum ack, per proposal
+    fsync_latency: Histogram = field(default_factory=Histogram)
+    entries_in: int = 0  # appended by clients (leader) or received in pushes (follower)
+    bytes_in: int = 0
+    entries_out: int = 0  # served to readers and tail subscribers
+    bytes_out: int = 0
+    push_bytes_out: int = 0  # replicated to followers
+    flushes: int = 0
+
+
+class Group:
+    """A RaftNode and its store, driven by the node's event loop."""
+
+    def __init__(self, node_id: str, cfg: GroupConfig, data_dir: str, send: Callable[[Message], None],
+                 on_fatal: Callable[[BaseException], None]) -> None:
+        self.name = cfg.name
+        self.cfg = cfg
+        self.node_id = node_id
+        self.store = NodeStore(store_dir(data_dir, cfg.name, node_id), cfg.store, repair=True)
+        for note in self.store.notes:
+            log.warning("group %s: store recovery: %s", cfg.name, note)
+        self.node = RaftNode(node_id, cfg.name, list(cfg.peers), self.store, cfg.raft, random.Random())
+        self.peers = dict(cfg.peers)
+        self._send = send
+        self._on_fatal = on_fatal
+        self._loop = asyncio.get_running_loop()
+        # One thread per group: its flushes and checkpoints run one at a time, in order.
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"flush-{cfg.name}")
+        self.inbox: list[Message] = []
+        self.appends: list[_Append] = []
+        self._waiting: dict[int, tuple[list[_Append], float]] = {}
+        self._transfers: dict[int, tuple[Connection, Frame]] = {}
+        self._next_rid = 1
+        self._flushing = False
+        self._checkpointing = False
+        self._closed = False
+        self.stats = GroupStats()
+        self.commit_changed = asyncio.Event()
+        self._last_commit = self.store.committed_index
+        self.role_changes = 0
+
+    # -- driving the core --------------------------------------------------------------------------
+    def process(self) -> None:
+        """Step the core with what arrived since the last iteration: peer messages, then client appends."""
+        if self._closed:
+            return
+        if self.inbox:
+            msgs, self.inbox = self.inbox, []
+            for m in msgs:
+                if type(m) is PushRequest and m.data:
+                    self.stats.bytes_in += len(m.data)
+                    self.stats.entries_in += m.count
+            self.apply(self.node.step_batch(msgs, now_ms()))
+        if self.appends:
+            self._propose()
+
+    def tick(self) -> None:
+        if not self._closed:
+            self.apply(self.node.tick(now_ms()))
+
+    def _propose(self) -> None:
+        batch: list[_Append] = []
+        bodies: list[bytes] = []
+        size = 0
+        queued = self.appends
+        taken = 0
+        for a in queued:
+            if batch and (len(bodies) + len(a.bodies) > MAX_PROPOSAL_ENTRIES or size > MAX_PROPOSAL_BYTES):
+                break
+            batch.append(a)
+            bodies.extend(a.bodies)
+            size += sum(map(len, a.bodies))
+            taken += 1
+        self.appends = queued[taken:]
+        rid = self._next_rid
+        self._next_rid += 1
+        self._waiting[rid] = (batch, time.perf_counter())
+        ready = self.node.propose(bodies, now_ms(), request_id=rid)
+        self.stats.entries_in += len(bodies)
+        self.stats.bytes_in += size
+        self.apply(ready)
+
+    def apply(self, ready: Ready) -> None:
+        """Send, complete, and start a flush when the core wrote something not yet durable."""
+        for c in ready.changes:
+            self.role_changes += 1
+            log.info("group %s: %s in term %d, leader %s", self.name, c.role.name.lower(), c.term, c.leader_id)
+        send = self._send
+        for m in ready.messages:
+            if type(m) is PushRequest and m.data:
+                self.stats.push_bytes_out += len(m.data)
+            send(m)
+        for c in ready.completions:
+            if c.kind == APPEND:
+                self._complete_append(c)
+            else:
+                self._complete_transfer(c)
+        if ready.must_flush and not self._flushing:
+            self._start_flush()
+        committed = self.store.committed_index
+        if committed != self._last_commit:
+            self._last_commit = committed
+            self.commit_changed.set()
+            self.commit_changed = asyncio.Event()
+
+    def _start_flush(self) -> None:
+        self._flushing = True
+        t0 = time.perf_counter()
+        fut = self._loop.run_in_executor(self._executor, self.store.flush)
+        fut.add_done_callback(lambda f: self._flushed(f, t0))
+
+    def _flushed(self, fut: asyncio.Future[int], t0: float) -> None:
+        self._flushing = False
+        if self._closed:
+            return
+        try:
+            durable = fut.result()
+        except BaseException as e:  # a failed fdatasync: the store is failed-stop, and so is this node
+            self._on_fatal(e)
+            return
+        self.stats.flushes += 1
+        self.stats.fsync_latency.observe(time.perf_counter() - t0)
+        try:
+            self.apply(self.node.on_flushed(durable, now_ms()))
+        except QuorumLogError as e:
+            self._on_fatal(e)
+            return
+        if self.store.durable_index < self.store.end_index and not self._flushing:
+            self._start_flush()
+
+    # -- completions -------------------------------------------------------------------------------
+    def _complete_append(self, c: Completion) -> None:
+        entry = self._waiting.pop(c.request_id, None)
+        if entry is None:
+            return
+        batch, t0 = entry
+        now = time.perf_counter()
+        st = self.stats
+        if c.code == SUCCESS:
+            st.commit_latency.observe(now - t0)
+            index = c.first_index
+            positions = c.positions
+            off = 0
+            for a in batch:
+                n = len(a.bodies)
+                if a.single:
+                    body = _packb((SUCCESS, index, c.term, positions[off]))
+                else:
+                    body = _packb((SUCCESS, index, c.term, list(positions[off:off + n])))
+                _respond(a, body)
+                st.append_latency.observe(now - a.t0)
+                index += n
+                off += n
+            return
+        try:
+            name = ResponseCode(c.code).name
+        except ValueError:
+            name = str(c.code)
+        hint = c.leader_id if c.leader_id != self.node_id else None
+        body = encode_error(c.code, f"{name} (group {self.name} on {self.node_id})", hint)
+        for a in batch:
+            _respond(a, body)
+            st.append_latency.observe(now - a.t0)
+
+    def _complete_transfer(self, c: Completion) -> None:
+        waiter = self._transfers.pop(c.request_id, None)
+        if waiter is None:
+            return
+        conn, frame = waiter
+        if c.code == SUCCESS:
+            conn.respond(frame, _packb((SUCCESS, c.leader_id, c.term)))
+        else:
+            conn.respond_error(frame, c.code, f"{_code_name(c.code)}: transfer in group {self.name}", c.leader_id)
+
+    # -- client requests ---------------------------------------------------------------------------
+    def enqueue_append(self, conn: Connection, frame: Frame, bodies: list[bytes], single: bool) -> None:
+        self.appends.append(_Append(conn, frame.op, frame.request_id, bodies, single, time.perf_counter()))
+
+    def transfer(self, conn: Connection, frame: Frame, target: str) -> None:
+        rid = self._next_rid
+        self._next_rid += 1
+        self._transfers[rid] = (conn, frame)
+        self.apply(self.node.transfer_leader(target, now_ms(), request_id=rid))
+
+    @property
+    def leader_id(self) -> str | None:
+        return self.node.leader_id
+
+    def metadata(self) -> tuple[str | None, int]:
+        return self.node.leader_id, self.node.term
+
+    def status(self) -> dict[str, Any]:
+        """The /status and STATUS document of this group."""
+        s = self.store
+        node = self.node
+        doc: dict[str, Any] = {
+            "group": self.name, "node": self.node_id, "role": node.role.name.lower(), "term": node.term,
+            "leader": node.leader_id, "begin_index": s.begin_index, "end_index": s.end_index,
+            "committed_index": s.committed_index, "durable_index": s.durable_index,
+            "recovering": node.recovering, "pending_appends": self.pending_appends,
+            "peers": {pid: addr for pid, addr in self.peers.items()},
+        }
+        if node.role == Role.LEADER:
+            doc["peer_watermarks"] = {p: node.peer_match(p) for p in self.peers if p != self.node_id}
+            doc["peer_lag"] = {p: max(0, s.end_index - m) for p, m in doc["peer_watermarks"].items()}
+        return doc
+
+    @property
+    def pending_appends(self) -> int:
+        return len(self.appends) + sum(len(b) for b, _ in self._waiting.values())
+
+    # -- housekeeping ------------------------------------------------------------------------------
+    def checkpoint(self) -> None:
+        """Persist end/committed in the worker thread (never alongside a flush: one thread, in order)."""
+        if self._closed or self._checkpointing:
+            return
+        self._checkpointing = True
+
+        def done(f: concurrent.futures.Future[None]) -> None:
+            self._checkpointing = False
+            if f.exception() is not None and not self._closed:
+                self._on_fatal(f.exception())  # type: ignore[arg-type]
+
+        self._loop.run_in_executor(self._executor, self.store.checkpoint).add_done_callback(done)  # type: ignore[arg-type]
+
+    def expire(self) -> int:
+        """Drop old segments every member holds (the leader knows; a follower keeps to its commit)."""
+        node = self.node
+        safe = self.store.committed_index
+        if node.role == Role.LEADER:
+            safe = min([safe] + [node.peer_match(p) for p in self.peers if p != self.node_id])
+        return self.store.expire(safe, time.time())
+
+    async def close(self) -> None:
+        """Fail what still waits, then flush and checkpoint (store.close) in the worker thread."""
+        if self._closed:
+            return
+        self._closed = True
+        body = encode_error(ResponseCode.NETWORK_ERROR, f"node {self.node_id} is shutting down", None)
+        for batch, _ in self._waiting.values():
+            for a in batch:
+                _respond(a, body)
+        for a in self.appends:
+            _respond(a, body)
+        self._waiting.clear()
+        self.appends.clear()
+        await self._loop.run_in_executor(self._executor, self.store.close)
+        self._executor.shutdown(wait=True)
+
+
+def _respond(a: _Append, body: bytes) -> None:
+    a.conn.respond(Frame(0, a.frame_op, a.request_id, memoryview(b"")), body)
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ResponseCode(code).name
+    except ValueError:
+        return str(code)

@@ -1,0 +1,81 @@
+"""`quorumlog serve`: build a NodeConfig from a TOML file or flags and run the node until SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from ..config import GroupConfig, NodeConfig, RaftConfig, StoreConfig, load_node_config, parse_peers
+from ..errors import ConfigError
+
+
+def config_from_flags(*, config: str | None, node_id: str | None, groups: list[str] | None, peers: str | None,
+                      data_dir: str | None, admin_port: int | None, cluster: str | None, secret: str | None,
+                      listen: str | None = None, flush: str | None = None) -> NodeConfig:
+    """A NodeConfig from --config, with flags overriding its top-level settings; or from flags alone."""
+    if config is not None:
+        cfg = load_node_config(config)
+        changes: dict[str, object] = {}
+        if not listen and cfg.groups and "listen" not in _toml_keys(config):
+            # No explicit listen address: the node's own address in its groups' peer list.
+            listen = cfg.groups[0].peers.get(cfg.node_id)
+        if node_id:
+            changes["node_id"] = node_id
+        if data_dir:
+            changes["data_dir"] = Path(data_dir)
+        if cluster:
+            changes["cluster"] = cluster
+        if secret:
+            changes["secret"] = secret
+        if listen:
+            changes["listen"] = listen
+        if admin_port is not None:
+            changes["admin_listen"] = f"{_host(cfg.listen)}:{admin_port}"
+        if changes:
+            import dataclasses
+
+            cfg = dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]
+        return cfg
+    missing = [name for name, v in (("--id", node_id), ("--peers", peers), ("--data-dir", data_dir)) if not v]
+    if missing:
+        raise ConfigError(f"missing {', '.join(missing)} (or give --config node.toml)")
+    assert node_id and peers and data_dir
+    peer_map = parse_peers(peers)
+    if node_id not in peer_map:
+        raise ConfigError(f"--id {node_id!r} is not in --peers ({', '.join(peer_map)})")
+    names = [n.strip() for g in (groups or ["g0"]) for n in g.split(",") if n.strip()]
+    store = StoreConfig(flush=flush or "sync")  # type: ignore[arg-type]
+    gcfgs = tuple(GroupConfig(name=n, peers=peer_map, raft=RaftConfig(), store=store) for n in dict.fromkeys(names))
+    my_addr = listen or peer_map[node_id]
+    return NodeConfig(node_id=node_id, data_dir=Path(data_dir), groups=gcfgs, cluster=cluster or "quorumlog",
+                      listen=my_addr, admin_listen=f"{_host(my_addr)}:{admin_port}" if admin_port else None,
+                      secret=secret)
+
+
+def _toml_keys(path: str) -> set[str]:
+    import tomllib
+
+    with open(path, "rb") as f:
+        return set(tomllib.load(f))
+
+
+def _host(addr: str) -> str:
+    return addr.rpartition(":")[0] or "127.0.0.1"
+
+
+def run_serve(cfg: NodeConfig, log_level: str = "INFO") -> int:
+    """Run a node to completion; returns its exit status."""
+    from .loopcompat import loop_factory
+    from .node import NodeServer
+
+    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO), stream=sys.stderr,
+                        format=f"%(asctime)s {cfg.node_id} %(levelname)s %(name)s: %(message)s")
+
+    async def main() -> int:
+        node = NodeServer(cfg)
+        return await node.run()
+
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(main())

@@ -1,0 +1,334 @@
+"""The node process: one port for peers and clients, one or more groups (DLedger's proxy), one loop.
+
+Frames are handled as they arrive: peer messages are queued on their group and client appends gathered;
+once per loop iteration (`_iterate`, scheduled by the first frame) every group steps its core with what
+arrived and proposes the gathered appends as one batch. A timer ticks the cores, another checkpoints and
+expires. SIGTERM stops accepting, fails nothing acknowledged, flushes, checkpoints and exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from typing import Any
+
+import msgpack
+
+from ..config import NodeConfig
+from ..errors import QuorumLogError, ResponseCode
+from ..net.bodies import unpack
+from ..net.connection import Connection
+from ..net.errors import ProtocolError
+from ..net.frames import ONEWAY, REQUEST, Frame
+from ..net.ops import Op, op_name
+from ..net.schemas import (
+    GET_REQUEST,
+    LEADERSHIP_TRANSFER_REQUEST,
+    METADATA_REQUEST,
+    READ_REQUEST,
+    STATUS_REQUEST,
+    TAIL_REQUEST,
+    UNTAIL_REQUEST,
+)
+from ..net.server import Server, serve
+from ..raft.messages import Message
+from .codec import PEER_OPS, decode_message
+from .group import Group
+from .peers import PeerLinks, split_address
+from .reads import get_committed, read_committed
+from .tail import Tails
+
+log = logging.getLogger("quorumlog.server")
+
+_packb = msgpack.packb
+SUCCESS = int(ResponseCode.SUCCESS)
+TICK_S = 0.01
+HOUSEKEEPING_S = 1.0
+EXPIRE_EVERY_S = 10.0
+
+
+class UnknownGroupError(QuorumLogError):
+    code = ResponseCode.UNKNOWN_GROUP
+
+
+class StartupError(QuorumLogError):
+    """The node cannot start (port taken, data dir unusable); the message is one line for the operator."""
+
+
+class NodeServer:
+    """Everything one `quorumlog serve` process runs."""
+
+    def __init__(self, cfg: NodeConfig) -> None:
+        self.cfg = cfg
+        self.node_id = cfg.node_id
+        self.groups: dict[str, Group] = {}
+        self.server: Server | None = None
+        self.tails = Tails()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._scheduled = False
+        self._dirty: set[Group] = set()
+        self._stop = asyncio.Event()
+        self._fatal: BaseException | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.started = time.time()
+        self.admin: Any = None
+        peers: dict[str, str] = {}
+        for g in cfg.groups:
+            peers.update(g.peers)
+        self.peer_addresses = peers
+        self.links = PeerLinks(cfg.node_id, peers, cluster=cfg.cluster, secret=cfg.secret,
+                               max_frame_bytes=cfg.max_frame_bytes)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    @property
+    def listen(self) -> str:
+        if self.cfg.listen:
+            return self.cfg.listen
+        return self.peer_addresses[self.node_id]
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        for gcfg in self.cfg.groups:
+            try:
+                self.groups[gcfg.name] = Group(self.node_id, gcfg, str(self.cfg.data_dir), self._send,
+                                               self._fatal_error)
+            except QuorumLogError as e:
+                await self._close_groups()
+                raise StartupError(f"cannot open the store of group {gcfg.name} under {self.cfg.data_dir}: {e}") \
+                    from None
+            except OSError as e:
+                await self._close_groups()
+                raise StartupError(f"cannot open data dir {self.cfg.data_dir}: {e.strerror or e}") from None
+        host, port = split_address(self.listen)
+        try:
+            self.server = await serve(host, port, self._handle, cluster=self.cfg.cluster, node_id=self.node_id,
+                                      secret=self.cfg.secret, max_frame_bytes=self.cfg.max_frame_bytes,
+                                      on_close=self._on_close)
+        except OSError as e:
+            await self._close_groups()
+            raise StartupError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        if self.cfg.admin_listen:
+            from .admin import start_admin
+
+            try:
+                self.admin = await start_admin(self, self.cfg.admin_listen)
+            except OSError as e:
+                await self.server.close()
+                await self._close_groups()
+                raise StartupError(f"cannot listen on admin address {self.cfg.admin_listen}: {e.strerror or e}") \
+                    from None
+        self.links.start()
+        self._tasks.append(asyncio.create_task(self._ticker(), name="tick"))
+        self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
+        log.info("node %s serving groups %s on %s", self.node_id, ", ".join(self.groups), self.listen)
+
+    async def run(self) -> int:
+        """Start, serve until SIGTERM/SIGINT (or a fatal disk error), shut down. Returns the exit status."""
+        await self.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        await self._stop.wait()
+        await self.shutdown()
+        if self._fatal is not None:
+            log.critical("node %s stopped: %s", self.node_id, self._fatal)
+            return 3
+        return 0
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _fatal_error(self, e: BaseException) -> None:
+        if self._fatal is None:
+            self._fatal = e
+            log.critical("node %s: fatal store error, stopping: %s", self.node_id, e)
+        self._stop.set()
+
+    async def shutdown(self) -> None:
+        if self.server is not None:
+            self.server.stop_accepting()
+        for t in self._tasks:
+            t.cancel()
+        await self.tails.close()
+        await self._close_groups()
+        if self.admin is not None:
+            await self.admin.cleanup()
+        if self.server is not None:
+            await self.server.close("node shutting down", timeout=2.0)
+        await self.links.close()
+
+    async def _close_groups(self) -> None:
+        for g in list(self.groups.values()):
+            try:
+                await g.close()
+            except QuorumLogError as e:
+                log.error("group %s: closing the store failed: %s", g.name, e)
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                for g in self.groups.values():
+                    g.tick()
+            except QuorumLogError as e:
+                self._fatal_error(e)
+                return
+
+    async def _housekeeping(self) -> None:
+        next_cp = {name: 0.0 for name in self.groups}
+        next_expire = time.monotonic() + EXPIRE_EVERY_S
+        while True:
+            await asyncio.sleep(HOUSEKEEPING_S / 10)
+            now = time.monotonic()
+            for g in self.groups.values():
+                if now >= next_cp[g.name]:
+                    next_cp[g.name] = now + g.cfg.store.checkpoint_interval_ms / 1000
+                    g.checkpoint()
+            if now >= next_expire:
+                next_expire = now + EXPIRE_EVERY_S
+                for g in self.groups.values():
+                    try:
+                        removed = g.expire()
+                    except QuorumLogError as e:
+                        log.warning("group %s: expiry failed: %s", g.name, e)
+                        continue
+                    if removed:
+                        log.info("group %s: expired %d entries", g.name, removed)
+
+    # -- the per-iteration step --------------------------------------------------------------------
+    def _kick(self, group: Group) -> None:
+        self._dirty.add(group)
+        if not self._scheduled:
+            self._scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon(self._iterate)
+
+    def _iterate(self) -> None:
+        self._scheduled = False
+        dirty, self._dirty = self._dirty, set()
+        for g in dirty:
+            try:
+                g.process()
+            except QuorumLogError as e:
+                self._fatal_error(e)
+                return
+            if g.appends:  # more than one proposal's worth arrived: go on next iteration
+                self._kick(g)
+
+    def _send(self, m: Message) -> None:
+        self.links.send(m)
+
+    # -- frames ------------------------------------------------------------------------------------
+    def _on_close(self, conn: Connection) -> None:
+        self.tails.drop_connection(conn)
+
+    def _group(self, name: str) -> Group:
+        g = self.groups.get(name)
+        if g is None:
+            raise UnknownGroupError(f"group {name!r} is not hosted by node {self.node_id}")
+        return g
+
+    def _handle(self, conn: Connection, f: Frame) -> bytes | None:
+        op = f.op
+        if f.kind == ONEWAY:
+            if op in PEER_OPS:
+                self._peer_frame(conn, f)
+                return None
+            raise ProtocolError(f"unexpected one-way {op_name(op)} frame")
+        if f.kind != REQUEST:
+            return None
+        if op == Op.APPEND:
+            return self._append(conn, f, single=True)
+        if op == Op.APPEND_BATCH:
+            return self._append(conn, f, single=False)
+        if op == Op.READ:
+            r = READ_REQUEST.decode(f.body)
+            g = self._group(r.group)
+            data, nxt, committed = read_committed(g.store, r.from_index, r.max_entries, r.max_bytes,
+                                                  r.include_control)
+            g.stats.entries_out += nxt - r.from_index
+            g.stats.bytes_out += len(data)
+            return _packb((SUCCESS, data, nxt, committed))
+        if op == Op.GET:
+            r = GET_REQUEST.decode(f.body)
+            g = self._group(r.group)
+            data = get_committed(g.store, r.index)
+            g.stats.entries_out += 1
+            g.stats.bytes_out += len(data)
+            return _packb((SUCCESS, data))
+        if op == Op.METADATA:
+            r = METADATA_REQUEST.decode(f.body)
+            g = self._group(r.group)
+            leader, term = g.metadata()
+            return _packb((SUCCESS, g.name, leader, term, g.peers))
+        if op == Op.TAIL:
+            r = TAIL_REQUEST.decode(f.body)
+            g = self._group(r.group)
+            if r.from_index < g.store.begin_index:
+                from .reads import IndexBelowBeginError
+
+                raise IndexBelowBeginError(f"index {r.from_index} is below this node's first index "
+                                           f"{g.store.begin_index}")
+            conn.respond(f, _packb((SUCCESS, g.store.committed_index)))
+            self.tails.start(conn, f.request_id, g, r.from_index, r.include_control)
+            return None
+        if op == Op.UNTAIL:
+            r = UNTAIL_REQUEST.decode(f.body)
+            self.tails.stop(conn, r.subscription)
+            return _packb((SUCCESS,))
+        if op == Op.STATUS:
+            r = STATUS_REQUEST.decode(f.body)
+            return _packb((SUCCESS, self.status(r.group)))
+        if op == Op.LEADERSHIP_TRANSFER:
+            r = LEADERSHIP_TRANSFER_REQUEST.decode(f.body)
+            g = self._group(r.group)
+            g.transfer(conn, f, r.target)
+            return None
+        raise QuorumLogError(f"{op_name(op)} is not served by a node", ResponseCode.UNSUPPORTED)
+
+    def _append(self, conn: Connection, f: Frame, single: bool) -> None:
+        values = unpack(f.body)
+        # The hot path: check the shape by hand rather than through the schema (a batch has many bodies).
+        if (type(values) is not tuple or len(values) != 2 or type(values[0]) is not str
+                or (single and type(values[1]) is not bytes)
+                or (not single and (type(values[1]) is not tuple or not all(type(b) is bytes for b in values[1])))):
+            name = "AppendRequest" if single else "AppendBatchRequest"
+            raise ProtocolError(f"{name}: expected [group: str, {'body: bytes' if single else 'bodies: list[bytes]'}]")
+        g = self._group(values[0])
+        bodies = [values[1]] if single else list(values[1])
+        limit = g.cfg.store.max_body_bytes
+        if not bodies:
+            raise QuorumLogError("an append needs at least one body", ResponseCode.REQUEST_WITH_EMPTY_BODYS)
+        if max(map(len, bodies)) > limit:
+            raise QuorumLogError(f"entry body exceeds the maximum of {limit} bytes", ResponseCode.UNEXPECTED_ARGUMENT)
+        g.enqueue_append(conn, f, bodies, single)
+        self._kick(g)
+        return None
+
+    def _peer_frame(self, conn: Connection, f: Frame) -> None:
+        msg = decode_message(f)
+        g = self.groups.get(msg.group)
+        if g is None:
+            g_stats_unknown = f"peer {conn.peer_id} sent a message for group {msg.group!r}, not hosted here"
+            log.debug(g_stats_unknown)
+            return
+        if conn.peer_id != msg.sender or msg.sender not in g.peers or msg.sender == self.node_id:
+            reason = f"{conn.peer_id!r} is not a member of group {g.name} (message from {msg.sender!r})"
+            log.warning("closing connection %r: %s", conn, reason)
+            conn.close(reason, goodbye=ResponseCode.UNKNOWN_MEMBER)
+            return
+        g.inbox.append(msg)
+        self._kick(g)
+
+    # -- status ------------------------------------------------------------------------------------
+    def status(self, group: str | None = None) -> dict[str, Any]:
+        """The node's status document (STATUS and /status)."""
+        groups = [self._group(group)] if group is not None else list(self.groups.values())
+        return {
+            "node": self.node_id, "cluster": self.cfg.cluster, "listen": self.listen,
+            "admin": self.cfg.admin_listen, "uptime_s": round(time.time() - self.started, 3),
+            "peers_connected": self.links.connected(),
+            "groups": {g.name: g.status() for g in groups},
+        }

@@ -1,0 +1,64 @@
+"""Outbound links to the other nodes: one reconnecting connection per peer, shared by every group.
+
+A node sends each peer its Raft messages on its own outbound connection (and receives theirs on the
+connections they open to it). Frames queued during one loop iteration leave in one write
+(Connection batches them). A message for a peer that is down is dropped: Raft resends what matters.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..net.endpoint import Endpoint
+from ..net.errors import ConnectionClosedError
+from ..raft.messages import Message
+from .codec import encode_message
+
+log = logging.getLogger("quorumlog.server")
+
+
+def split_address(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class PeerLinks:
+    """Endpoints to every peer of every hosted group."""
+
+    def __init__(self, node_id: str, peers: dict[str, str], *, cluster: str, secret: str | None,
+                 max_frame_bytes: int) -> None:
+        self.node_id = node_id
+        self.links: dict[str, Endpoint] = {}
+        self.dropped = 0
+        self.sent = 0
+        for pid, addr in peers.items():
+            if pid == node_id:
+                continue
+            host, port = split_address(addr)
+            self.links[pid] = Endpoint(host, port, cluster=cluster, node_id=node_id, secret=secret,
+                                       max_frame_bytes=max_frame_bytes, connect_timeout=2.0,
+                                       backoff_initial=0.02, backoff_max=0.5)
+
+    def start(self) -> None:
+        for ep in self.links.values():
+            ep.start()
+
+    def send(self, m: Message) -> None:
+        ep = self.links.get(m.target)
+        if ep is None:
+            self.dropped += 1
+            return
+        op, direction, body = encode_message(m)
+        try:
+            ep.send(op, body, direction)
+        except ConnectionClosedError:
+            self.dropped += 1
+            return
+        self.sent += 1
+
+    def connected(self) -> dict[str, bool]:
+        return {pid: ep.connected for pid, ep in self.links.items()}
+
+    async def close(self) -> None:
+        for ep in self.links.values():
+            await ep.close()

@@ -1,0 +1,106 @@
+"""Real `quorumlog serve` processes on 127.0.0.1 ephemeral ports, in temp dirs; every process is stopped
+by its pid when the test ends, and every wait polls against a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from quorumlog.client import AsyncClient
+from quorumlog.server.cluster import LocalCluster
+
+T = TypeVar("T")
+
+# Small segments so tests roll over, expire and truncate across segment ends.
+SMALL_STORE = {"data_segment_bytes": 1 << 20, "index_segment_bytes": 32 * 8192, "max_body_bytes": 64 << 10}
+# Faster failure detection than the defaults keeps the suite short on a 2-core machine.
+FAST_RAFT = {"heartbeat_interval_ms": 50, "max_heartbeat_leak": 6, "election_backoff_ms": 150}
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
+    made: list[LocalCluster] = []
+
+    def make(nodes: int = 3, groups: int = 1, start: bool = True, **kwargs: Any) -> LocalCluster:
+        kwargs.setdefault("raft", FAST_RAFT)
+        kwargs.setdefault("store", SMALL_STORE)
+        kwargs.setdefault("log_level", "INFO")
+        c = LocalCluster(tmp_path / f"c{len(made)}", nodes, groups, **kwargs)
+        made.append(c)
+        if start:
+            c.start()
+        return c
+
+    try:
+        yield make
+    finally:
+        for c in made:
+            c.stop(timeout=10)
+
+
+def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.02) -> T:
+    """Poll `predicate` until it returns something truthy; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+async def await_until(predicate: Callable[[], Awaitable[T]], timeout: float, what: str,
+                      interval: float = 0.02) -> T:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+async def statuses(client: AsyncClient, cluster: LocalCluster, group: str = "g0") -> dict[str, dict[str, Any]]:
+    """The group status of every node that answers."""
+    out: dict[str, dict[str, Any]] = {}
+    for node in cluster.nodes:
+        if not node.alive:
+            continue
+        try:
+            doc = await client.node_status(node.address)
+        except Exception:
+            continue
+        out[node.node_id] = doc["groups"][group]
+    return out
+
+
+async def wait_leader(client: AsyncClient, cluster: LocalCluster, timeout: float = 20.0, group: str = "g0") -> str:
+    async def probe() -> str | None:
+        st = await statuses(client, cluster, group)
+        leaders = [nid for nid, s in st.items() if s["role"] == "leader"]
+        return leaders[0] if len(leaders) == 1 else None
+
+    return await await_until(probe, timeout, "a single leader")
+
+
+def node_index(cluster: LocalCluster, node_id: str) -> int:
+    return [n.node_id for n in cluster.nodes].index(node_id)
+
+
+def check_store(path: Path) -> dict[str, Any]:
+    """`quorumlog check-store --json` on one store directory (run as the command, as an operator would)."""
+    r = subprocess.run([sys.executable, "-m", "quorumlog", "check-store", "--json", str(path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"check-store {path} failed ({r.returncode}): {r.stdout} {r.stderr}"
+    return dict(json.loads(r.stdout))
