@@ -383,8 +383,8 @@ class AsyncClient:
                                        timeout=self.request_timeout)
                 try:
                     decode_response(TAIL_RESPONSE, f.body)
-                except ResponseError as e:
-                    raise error_for(e.code, e.reason, e.leader) from None
+                except ResponseError as refused:
+                    raise error_for(refused.code, refused.reason, refused.leader) from None
                 rid = f.request_id
                 key = (id(conn), rid)
                 q = self._tailqs.setdefault(key, asyncio.Queue())
@@ -392,9 +392,9 @@ class AsyncClient:
                     push = await q.get()
                     if push is None:
                         break  # the connection closed: resubscribe elsewhere from nxt
-                    for e in _decode(push.entries, MAX_BODY_BYTES):
-                        if e.index >= nxt:
-                            yield e
+                    for entry in _decode(push.entries, MAX_BODY_BYTES):
+                        if entry.index >= nxt:
+                            yield entry
                     nxt = max(nxt, push.next_index)
             except (ConnectionClosedError, RequestTimeoutError, OSError):
                 await asyncio.sleep(0.05)
@@ -564,7 +564,7 @@ def _new_loop() -> asyncio.AbstractEventLoop:
         import uvloop.loop
     except ImportError:
         return asyncio.new_event_loop()
-    if issubclass(uvloop.loop.TCPTransport, asyncio.Transport):
+    if issubclass(uvloop.loop.TCPTransport, asyncio.Transport):  # type: ignore[attr-defined]
         return uvloop.new_event_loop()
     return asyncio.new_event_loop()
 

@@ -164,7 +164,14 @@ def test_wiped_follower_resyncs_and_lagging_follower_catches_up(cluster_factory:
             cluster.kill(wiped, signal.SIGKILL)
             shutil.rmtree(cluster.nodes[wiped].data_dir / "g0")
             cluster.start(wiped)
-            await await_until(lambda: _converged(c, cluster, 3), 40, "the wiped follower to re-sync")
+            # An idle leader does not notice that a follower lost its log (it believes the follower's
+            # watermark); the next push reveals it. So keep writing while waiting.
+            async def write_and_check() -> bool:
+                r = await c.append(b"after-wipe")
+                acked[r.index] = b"after-wipe"
+                return await _converged(c, cluster, 3)
+
+            await await_until(write_and_check, 40, "the wiped follower to re-sync", interval=0.2)
             # Another follower is down while 100k entries are written, then catches up.
             lagging = node_index(cluster, followers[1])
             cluster.kill(lagging, signal.SIGKILL)

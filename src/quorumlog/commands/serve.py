@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run one node", description=(
         "Run one node: every group it belongs to, on one port for peers and clients. Settings come from "
         "--config node.toml, or from the flags (flags override the file's top-level settings). SIGTERM or "

@@ -8,7 +8,6 @@ the cluster prints. Nothing is restarted automatically: a node that dies stays d
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import socket
 import subprocess
@@ -185,9 +184,9 @@ def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int,
     cluster = LocalCluster(Path(data_dir), nodes, groups, base_port, flush, secret, log_level)
     for node in cluster.nodes:
         for port in (node.port, node.admin_port):
-            with socket.socket() as s:
+            with socket.socket() as probe:
                 try:
-                    s.bind(("127.0.0.1", port))
+                    probe.bind(("127.0.0.1", port))
                 except OSError as e:
                     console.print(f"[red]quorumlog: error: port {port} is not free: {e.strerror}[/red]")
                     return 2

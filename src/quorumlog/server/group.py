@@ -146,9 +146,9 @@ class Group:
 
     def apply(self, ready: Ready) -> None:
         """Send, complete, and start a flush when the core wrote something not yet durable."""
-        for c in ready.changes:
+        for ch in ready.changes:
             self.role_changes += 1
-            log.info("group %s: %s in term %d, leader %s", self.name, c.role.name.lower(), c.term, c.leader_id)
+            log.info("group %s: %s in term %d, leader %s", self.name, ch.role.name.lower(), ch.term, ch.leader_id)
         send = self._send
         for m in ready.messages:
             if type(m) is PushRequest and m.data:

@@ -17,12 +17,12 @@ def uvloop_usable() -> bool:
         import uvloop.loop
     except ImportError:
         return False
-    return issubclass(uvloop.loop.TCPTransport, asyncio.Transport)
+    return issubclass(uvloop.loop.TCPTransport, asyncio.Transport)  # type: ignore[attr-defined]
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     if uvloop_usable():
         import uvloop
 
-        return uvloop.new_event_loop  # type: ignore[no-any-return]
+        return uvloop.new_event_loop
     return asyncio.new_event_loop

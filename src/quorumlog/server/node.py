@@ -239,10 +239,9 @@ class NodeServer:
             raise ProtocolError(f"unexpected one-way {op_name(op)} frame")
         if f.kind != REQUEST:
             return None
-        if op == Op.APPEND:
-            return self._append(conn, f, single=True)
-        if op == Op.APPEND_BATCH:
-            return self._append(conn, f, single=False)
+        if op == Op.APPEND or op == Op.APPEND_BATCH:
+            self._append(conn, f, single=op == Op.APPEND)
+            return None
         if op == Op.READ:
             r = READ_REQUEST.decode(f.body)
             g = self._group(r.group)
@@ -305,7 +304,6 @@ class NodeServer:
             raise QuorumLogError(f"entry body exceeds the maximum of {limit} bytes", ResponseCode.UNEXPECTED_ARGUMENT)
         g.enqueue_append(conn, f, bodies, single)
         self._kick(g)
-        return None
 
     def _peer_frame(self, conn: Connection, f: Frame) -> None:
         msg = decode_message(f)
