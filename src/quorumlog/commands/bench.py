@@ -1,0 +1,240 @@
+"""`quorumlog bench`: throughput, one-at-a-time latency and failover time of a cluster.
+
+The bench process is the client (its own process, apart from the nodes). `--local N` starts a local
+cluster of N `quorumlog serve` processes for the run and stops it afterwards; failover is measured only
+then (the bench must be able to SIGKILL the leader).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .client_cmds import add_connection_args
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="measure appends/s, latency and failover", description=(
+        "Measure appends/s and MiB/s for a payload size with C connections and K requests in flight each "
+        "(batches of B entries), single-append latency one at a time, and (with --local) failover time: "
+        "SIGKILL the leader, time until the next append succeeds."))
+    add_connection_args(p)
+    p.add_argument("--local", type=int, metavar="N", help="start a local cluster of N nodes for the run")
+    p.add_argument("--data-dir", help="data directory of the --local cluster (default: a temp dir)")
+    p.add_argument("--flush", choices=("sync", "async"), default="sync", help="--local nodes' flush mode")
+    p.add_argument("--size", type=int, default=1024, help="payload bytes per entry (default 1024)")
+    p.add_argument("--seconds", type=float, default=10.0, help="throughput phase length (default 10)")
+    p.add_argument("--connections", type=int, default=2, help="client connections (default 2)")
+    p.add_argument("--inflight", type=int, default=8, help="requests in flight per connection (default 8)")
+    p.add_argument("--batch", type=int, default=256, help="entries per request (default 256; 1 = single)")
+    p.add_argument("--single", type=int, default=2000, help="one-at-a-time appends for latency (default 2000)")
+    p.add_argument("--failovers", type=int, default=5, help="leader kills with --local (default 5; 0 skips)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(func=_bench)
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def _lat(values: list[float]) -> dict[str, float]:
+    return {k: round(_pct(values, q) * 1000, 3) for k, q in (("p50_ms", 0.5), ("p90_ms", 0.9), ("p99_ms", 0.99),
+                                                               ("p999_ms", 0.999))} | {
+        "max_ms": round(max(values, default=0) * 1000, 3)}
+
+
+def fsync_probe(directory: str, size: int, n: int = 200) -> dict[str, float]:
+    """pwrite(size) + fdatasync, n times, into a pre-filled file: the disk's floor under an ack."""
+    path = os.path.join(directory, ".fsync-probe")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, bytes(size * n), 0)
+        os.fsync(fd)
+        block = os.urandom(size)
+        lat = []
+        for i in range(n):
+            t = time.perf_counter()
+            os.pwrite(fd, block, i * size)
+            os.fdatasync(fd)
+            lat.append(time.perf_counter() - t)
+        return _lat(lat)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+async def _throughput(args: argparse.Namespace, progress: Any) -> dict[str, Any]:
+    from ..client import AsyncClient
+    from ..net.ops import Op
+    from ..net.schemas import APPEND_BATCH_REQUEST, APPEND_BATCH_RESPONSE, APPEND_REQUEST, APPEND_RESPONSE
+
+    payload = os.urandom(args.size)
+    batch = max(1, args.batch)
+    clients = [AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=args.secret,
+                           retry_timeout=args.timeout) for _ in range(args.connections)]
+    # The request body is the same every time: encode it once (the client's CPU is not what we measure).
+    if batch == 1:
+        op, body, schema = Op.APPEND, APPEND_REQUEST.encode(args.group, payload), APPEND_RESPONSE
+    else:
+        op, body, schema = Op.APPEND_BATCH, APPEND_BATCH_REQUEST.encode(args.group, [payload] * batch), \
+            APPEND_BATCH_RESPONSE
+    lat: list[float] = []
+    done = [0]
+    loop = asyncio.get_running_loop()
+    for c in clients:  # connect and find the leader before the clock starts
+        await c._leader_call(op, body, schema, uncertain_ok=True)
+    t0 = loop.time()
+    stop_at = t0 + args.seconds
+
+    async def worker(c: AsyncClient) -> None:
+        while loop.time() < stop_at:
+            t = time.perf_counter()
+            await c._leader_call(op, body, schema, uncertain_ok=True)
+            lat.append(time.perf_counter() - t)
+            done[0] += batch
+
+    async def report() -> None:
+        while loop.time() < stop_at:
+            await asyncio.sleep(0.2)
+            progress(min(1.0, (loop.time() - t0) / args.seconds), done[0] / max(1e-9, loop.time() - t0))
+
+    try:
+        await asyncio.gather(report(), *(worker(c) for c in clients for _ in range(args.inflight)))
+    finally:
+        elapsed = loop.time() - t0
+        retries = sum(c.retries for c in clients)
+        for c in clients:
+            await c.close()
+    rate = done[0] / elapsed
+    return {"entries": done[0], "seconds": round(elapsed, 3), "appends_per_s": round(rate),
+            "mib_per_s": round(rate * args.size / (1 << 20), 1), "request_latency": _lat(lat),
+            "retries": retries}
+
+
+async def _single(args: argparse.Namespace) -> dict[str, Any]:
+    from ..client import AsyncClient
+
+    payload = os.urandom(args.size)
+    lat = []
+    async with AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=args.secret) as c:
+        await c.append(payload)
+        for _ in range(args.single):
+            t = time.perf_counter()
+            await c.append(payload)
+            lat.append(time.perf_counter() - t)
+    return {"appends": args.single, **_lat(lat)}
+
+
+async def _failovers(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
+    from ..client import AsyncClient
+
+    times = []
+    ids = [n.node_id for n in cluster.nodes]
+    async with AsyncClient(cluster.endpoints, args.group, retry_timeout=30) as c:
+        for _ in range(args.failovers):
+            await c.append(b"before")
+            leader = c.leader
+            assert leader is not None
+            i = ids.index(leader)
+            cluster.kill(i, signal.SIGKILL)
+            t = time.perf_counter()
+            await c.append(b"after")
+            times.append(time.perf_counter() - t)
+            cluster.start(i)
+            # Let the restarted node catch up before the next round, bounded.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                md = await c.metadata(with_nodes=True)
+                ends = {(n or {}).get("committed_index") for n in md.nodes.values()}
+                if len(ends) == 1 and None not in ends:
+                    break
+                await asyncio.sleep(0.1)
+    return {"rounds": len(times), "median_s": round(statistics.median(times), 3) if times else None,
+            "max_s": round(max(times), 3) if times else None, "all_s": [round(x, 3) for x in times]}
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from ..server.cluster import LocalCluster
+
+    console = Console(stderr=True)
+    result: dict[str, Any] = {"size": args.size, "connections": args.connections, "inflight": args.inflight,
+                              "batch": args.batch, "cpus": os.cpu_count()}
+    cluster = None
+    tmp = None
+    if args.local:
+        root = args.data_dir or (tmp := tempfile.mkdtemp(prefix="quorumlog-bench-"))
+        cluster = LocalCluster(Path(root), args.local, 1, flush=args.flush)
+        cluster.start()
+        args.endpoints = cluster.endpoints
+        args.group = "g0"
+        result["cluster"] = {"nodes": args.local, "flush": args.flush, "data_dir": str(root)}
+        result["disk_fsync"] = fsync_probe(str(root), args.size)
+    try:
+        from ..server.loopcompat import loop_factory
+
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[rate]}"),
+                          TimeRemainingColumn(), console=console, transient=True) as bar:
+                task = bar.add_task(f"appends of {args.size} B", total=1.0, rate="")
+
+                def progress(frac: float, rate: float) -> None:
+                    bar.update(task, completed=frac, rate=f"{rate:,.0f}/s")
+
+                result["throughput"] = runner.run(_throughput(args, progress))
+            if args.single > 0:
+                console.print(f"single appends, one at a time ({args.single})…")
+                result["single"] = runner.run(_single(args))
+            if cluster is not None and args.failovers > 0:
+                console.print(f"failover: SIGKILL the leader {args.failovers} times…")
+                result["failover"] = runner.run(_failovers(args, cluster))
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        if tmp is not None:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print(result)
+    return 0
+
+
+def _print(r: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"quorumlog bench: {r['size']} B entries, {r['connections']} connections × {r['inflight']} "
+                    f"in flight, batches of {r['batch']}")
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+    tp = r["throughput"]
+    t.add_row("appends/s", f"{tp['appends_per_s']:,}")
+    t.add_row("MiB/s", f"{tp['mib_per_s']}")
+    rl = tp["request_latency"]
+    t.add_row("request latency p50 / p99 / max", f"{rl['p50_ms']} / {rl['p99_ms']} / {rl['max_ms']} ms")
+    if "single" in r:
+        s = r["single"]
+        t.add_row("one-at-a-time p50 / p99 / max", f"{s['p50_ms']} / {s['p99_ms']} / {s['max_ms']} ms")
+    if "disk_fsync" in r:
+        d = r["disk_fsync"]
+        t.add_row("disk pwrite+fdatasync p50 / p99", f"{d['p50_ms']} / {d['p99_ms']} ms")
+    if "failover" in r:
+        f = r["failover"]
+        t.add_row("failover median / max", f"{f['median_s']} / {f['max_s']} s ({f['rounds']} rounds)")
+    Console().print(t)

@@ -1,0 +1,191 @@
+"""`quorumlog append | read | tail | status | transfer-leader`: the client operations from a shell."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from ..entry import Entry
+
+DEFAULT_ENDPOINTS = "127.0.0.1:9000,127.0.0.1:9001,127.0.0.1:9002"
+
+
+def add_connection_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--endpoints", default=os.environ.get("QUORUMLOG_ENDPOINTS", DEFAULT_ENDPOINTS),
+                   help="host:port,... of any nodes (default $QUORUMLOG_ENDPOINTS or 127.0.0.1:9000-9002)")
+    p.add_argument("--group", default="g0", help="group name (default g0)")
+    p.add_argument("--cluster", default="quorumlog", help="cluster name (default quorumlog)")
+    p.add_argument("--secret", default=os.environ.get("QUORUMLOG_SECRET"), help="shared secret ($QUORUMLOG_SECRET)")
+    p.add_argument("--timeout", type=float, default=15.0, help="seconds to keep retrying across a leader change")
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("append", help="append entries (arguments, or stdin lines)", description=(
+        "Append each argument as one entry, or each line of stdin when there are no arguments (or '-'). "
+        "Prints index, term and position of each. A retried append may be written twice."))
+    add_connection_args(p)
+    p.add_argument("bodies", nargs="*", help="entry bodies (UTF-8); none or '-' reads stdin lines")
+    p.add_argument("--batch", type=int, default=1000, help="stdin lines per request (default 1000)")
+    p.add_argument("--quiet", "-q", action="store_true", help="print only a summary")
+    p.set_defaults(func=_append)
+
+    p = sub.add_parser("read", help="read committed entries", description="Print committed entries from an index.")
+    add_connection_args(p)
+    p.add_argument("--from", dest="start", type=int, default=0, help="first index (default 0)")
+    p.add_argument("--count", type=int, default=100, help="how many indexes (default 100)")
+    p.add_argument("--format", choices=("raw", "hex", "json"), default="raw",
+                   help="raw: bodies, one per line; hex: index term hex; json: one object per line")
+    p.add_argument("--include-control", action="store_true", help="also NOOP and CONFIG entries")
+    p.set_defaults(func=_read)
+
+    p = sub.add_parser("tail", help="print the last entries, or follow new ones (-f)",
+                       description="Print the last --lines committed entries; with -f keep printing new ones.")
+    add_connection_args(p)
+    p.add_argument("-f", "--follow", action="store_true", help="wait for and print new entries until Ctrl-C")
+    p.add_argument("-n", "--lines", type=int, default=10, help="how many of the last entries first (default 10)")
+    p.add_argument("--from", dest="start", type=int, help="start at this index instead")
+    p.add_argument("--format", choices=("raw", "hex", "json"), default="raw")
+    p.set_defaults(func=_tail)
+
+    p = sub.add_parser("status", help="every node's role, term and indexes",
+                       description="Ask every endpoint for its status; print a table (or --json).")
+    add_connection_args(p)
+    p.add_argument("--json", action="store_true", help="print the nodes' status documents as JSON")
+    p.set_defaults(func=_status)
+
+    p = sub.add_parser("transfer-leader", help="hand a group's leadership to a node",
+                       description="Ask the leader to hand over to --to once it is caught up.")
+    add_connection_args(p)
+    p.add_argument("--to", required=True, help="target node id")
+    p.set_defaults(func=_transfer)
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from ..client import Client
+
+    return Client(args.endpoints, group=args.group, cluster=args.cluster, secret=args.secret,
+                  retry_timeout=args.timeout)
+
+
+def _stdin_batches(size: int) -> Iterator[list[bytes]]:
+    batch: list[bytes] = []
+    for line in sys.stdin.buffer:
+        batch.append(line.rstrip(b"\r\n"))
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _append(args: argparse.Namespace) -> int:
+    if args.bodies and args.bodies != ["-"]:
+        batches: Iterable[list[bytes]] = [[b.encode() for b in args.bodies]]
+    else:
+        batches = _stdin_batches(max(1, args.batch))
+    total = 0
+    first = last = None
+    with _client(args) as c:
+        for batch in batches:
+            results = c.append_many(batch)
+            total += len(results)
+            if first is None:
+                first = results[0].index
+            last = results[-1].index
+            if not args.quiet:
+                for r in results:
+                    print(f"{r.index}\t{r.term}\t{r.pos}")
+    if args.quiet:
+        print(f"appended {total} entries" + (f", indexes {first}..{last}" if total else ""))
+    return 0
+
+
+def _print_entry(e: Entry, fmt: str) -> None:
+    if fmt == "raw":
+        sys.stdout.buffer.write(bytes(e.body) + b"\n")
+    elif fmt == "hex":
+        sys.stdout.write(f"{e.index}\t{e.term}\t{bytes(e.body).hex()}\n")
+    else:
+        doc: dict[str, Any] = {"index": e.index, "term": e.term, "pos": e.pos}
+        try:
+            doc["body"] = bytes(e.body).decode()
+        except UnicodeDecodeError:
+            doc["body_base64"] = base64.b64encode(e.body).decode()
+        if e.magic != 1:
+            doc["magic"] = e.magic
+        sys.stdout.write(json.dumps(doc) + "\n")
+
+
+def _read(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        for e in c.read(args.start, args.count, include_control=args.include_control):
+            _print_entry(e, args.format)
+    sys.stdout.flush()
+    return 0
+
+
+def _tail(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        start = args.start
+        if start is None:
+            md = c.metadata(with_nodes=True)
+            committed = max((n["committed_index"] for n in md.nodes.values() if n), default=-1)
+            start = max(0, committed + 1 - max(0, args.lines))
+        if not args.follow:
+            md = c.metadata(with_nodes=True)
+            committed = max((n["committed_index"] for n in md.nodes.values() if n), default=-1)
+            for e in c.read(start, max(0, committed - start + 1)):
+                _print_entry(e, args.format)
+            return 0
+        try:
+            for e in c.tail(start):
+                _print_entry(e, args.format)
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            return 0
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from ..client import parse_endpoints
+
+    docs: dict[str, Any] = {}
+    with _client(args) as c:
+        for addr in parse_endpoints(args.endpoints):
+            try:
+                docs[addr] = c.node_status(addr, all_groups=True)
+            except Exception as e:  # a down node is part of the picture, not a failure of the command
+                docs[addr] = {"error": str(e)}
+    if args.json:
+        print(json.dumps(docs, indent=2))
+        return 0 if any("error" not in d for d in docs.values()) else 1
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="quorumlog status")
+    for col in ("endpoint", "node", "group", "role", "term", "leader", "begin", "end", "committed", "lag"):
+        table.add_column(col, justify="right" if col in ("term", "begin", "end", "committed") else "left")
+    for addr, d in docs.items():
+        if "error" in d:
+            table.add_row(addr, "-", "-", "[red]down[/red]", "", "", "", "", "", d["error"][:60])
+            continue
+        for name, g in sorted(d["groups"].items()):
+            role = g["role"]
+            style = {"leader": "[bold green]", "candidate": "[yellow]"}.get(role, "")
+            lag = ", ".join(f"{p}:{n}" for p, n in g.get("peer_lag", {}).items())
+            table.add_row(addr, d["node"], name, f"{style}{role}", str(g["term"]), str(g["leader"] or "-"),
+                          str(g["begin_index"]), str(g["end_index"]), str(g["committed_index"]), lag)
+    Console().print(table)
+    return 0 if any("error" not in d for d in docs.values()) else 1
+
+
+def _transfer(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        leader = c.transfer_leader(args.to)
+    print(f"group {args.group}: leader is now {leader}")
+    return 0
