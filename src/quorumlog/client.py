@@ -39,7 +39,7 @@ from .errors import (
     ResponseCode,
     error_for,
 )
-from .net.bodies import Schema, decode_response
+from .net.bodies import FieldType, Schema, decode_response
 from .net.connection import Connection, connect
 from .net.errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError, ResponseError
 from .net.frames import ONEWAY, Frame
@@ -109,6 +109,22 @@ def parse_endpoints(endpoints: str | Sequence[str]) -> list[str]:
 def _split(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     return host.strip("[]"), int(port)
+
+
+class _PositionsList(FieldType):
+    """list[int] checked with one pass of type() calls: an APPEND_BATCH answer holds a position per
+    entry, and the generic per-element check cost a fifth of a producer's CPU."""
+
+    __slots__ = ()
+    name = "list[int]"
+
+    def check(self, value: Any, where: str) -> None:
+        if not isinstance(value, list | tuple) or not all(type(p) is int for p in value):
+            raise ProtocolError(f"{where}: expected list[int]")
+
+
+_BATCH_ANSWER = Schema("AppendBatchResponse", [(n, _PositionsList() if n == "positions" else t)
+                                               for n, t in APPEND_BATCH_RESPONSE.fields])
 
 
 class AsyncClient:
@@ -305,13 +321,13 @@ class AsyncClient:
     async def append_many(self, bodies: Sequence[bytes]) -> list[AppendResult]:
         """Append entries as one request (one frame, one quorum wait); indexes are consecutive."""
         body = APPEND_BATCH_REQUEST.encode(self.group, list(bodies))
-        r = await self._leader_call(Op.APPEND_BATCH, body, APPEND_BATCH_RESPONSE, uncertain_ok=self.retry_uncertain)
+        r = await self._leader_call(Op.APPEND_BATCH, body, _BATCH_ANSWER, uncertain_ok=self.retry_uncertain)
         return [AppendResult(r.first_index + i, r.term, p) for i, p in enumerate(r.positions)]
 
     async def append_batch_raw(self, bodies: Sequence[bytes]) -> tuple[int, int]:
         """append_many without building per-entry results: (first index, count). For high-rate producers."""
         body = APPEND_BATCH_REQUEST.encode(self.group, list(bodies))
-        r = await self._leader_call(Op.APPEND_BATCH, body, APPEND_BATCH_RESPONSE, uncertain_ok=self.retry_uncertain)
+        r = await self._leader_call(Op.APPEND_BATCH, body, _BATCH_ANSWER, uncertain_ok=self.retry_uncertain)
         return r.first_index, len(r.positions)
 
     # -- reads -------------------------------------------------------------------------------------

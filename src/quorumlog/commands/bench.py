@@ -75,9 +75,9 @@ def fsync_probe(directory: str, size: int, n: int = 200) -> dict[str, float]:
 
 
 async def _throughput(args: argparse.Namespace, progress: Any) -> dict[str, Any]:
-    from ..client import AsyncClient
+    from ..client import _BATCH_ANSWER, AsyncClient
     from ..net.ops import Op
-    from ..net.schemas import APPEND_BATCH_REQUEST, APPEND_BATCH_RESPONSE, APPEND_REQUEST, APPEND_RESPONSE
+    from ..net.schemas import APPEND_BATCH_REQUEST, APPEND_REQUEST, APPEND_RESPONSE
 
     payload = os.urandom(args.size)
     batch = max(1, args.batch)
@@ -88,7 +88,7 @@ async def _throughput(args: argparse.Namespace, progress: Any) -> dict[str, Any]
         op, body, schema = Op.APPEND, APPEND_REQUEST.encode(args.group, payload), APPEND_RESPONSE
     else:
         op, body, schema = Op.APPEND_BATCH, APPEND_BATCH_REQUEST.encode(args.group, [payload] * batch), \
-            APPEND_BATCH_RESPONSE
+            _BATCH_ANSWER
     lat: list[float] = []
     done = [0]
     loop = asyncio.get_running_loop()
@@ -182,6 +182,8 @@ def _bench(args: argparse.Namespace) -> int:
         args.endpoints = cluster.endpoints
         args.group = "g0"
         result["cluster"] = {"nodes": args.local, "flush": args.flush, "data_dir": str(root)}
+        console.print("waiting for the nodes' segments to be pre-allocated…")
+        result["cluster"]["preallocated"] = cluster.wait_preallocated()
         result["disk_fsync"] = fsync_probe(str(root), args.size)
     try:
         from ..server.loopcompat import loop_factory

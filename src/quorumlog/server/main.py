@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -77,5 +78,17 @@ def run_serve(cfg: NodeConfig, log_level: str = "INFO") -> int:
         node = NodeServer(cfg)
         return await node.run()
 
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        return runner.run(main())
+    profile_dir = os.environ.get("QUORUMLOG_PROFILE")
+    profiler = None
+    if profile_dir:  # profiling a node under load: cProfile of the loop thread, dumped on exit
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    try:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            return runner.run(main())
+    finally:
+        if profiler is not None and profile_dir:
+            profiler.disable()
+            profiler.dump_stats(os.path.join(profile_dir, f"{cfg.node_id}.prof"))
