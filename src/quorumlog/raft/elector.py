@@ -37,7 +37,7 @@ class Elector:
     __slots__ = ("node", "member", "store", "config", "rng", "election_timeout", "deadline",
                  "last_leader_contact", "pre_candidate", "votes", "next_heartbeat", "leader_since",
                  "peer_seen", "transfer_target", "transfer_deadline", "transfer_request", "transfer_sent",
-                 "next_preferred_check")
+                 "next_preferred_check", "jitter")
 
     def __init__(self, node: RaftNode, member: MemberState, store: LogStore, config: RaftConfig,
                  rng: random.Random) -> None:
@@ -59,15 +59,19 @@ class Elector:
         self.transfer_request: int | None = None
         self.transfer_sent = False
         self.next_preferred_check = 0
+        self.jitter = 0
 
     # -- timers --------------------------------------------------------------------------------
     def reset_timer(self, now: int) -> None:
         """Next campaign: one election timeout plus a random back-off, so rivals rarely collide."""
-        self.deadline = now + self.election_timeout + self.rng.randint(0, self.config.election_backoff_ms)
+        self.jitter = self.rng.randint(0, self.config.election_backoff_ms)
+        self.deadline = now + self.election_timeout + self.jitter
 
     def on_leader_contact(self, now: int) -> None:
+        """Every push and heartbeat lands here: push the deadline back with the back-off already drawn
+        (a fresh one is drawn whenever an election round starts or ends)."""
         self.last_leader_contact = now
-        self.reset_timer(now)
+        self.deadline = now + self.election_timeout + self.jitter
 
     def tick(self, now: int, out: Ready) -> None:
         m = self.member

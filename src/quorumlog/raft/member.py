@@ -10,8 +10,8 @@ class MemberState:
     """Role, term and vote of one node in one group. Term and vote changes are persisted through the
     store (`save_vote`, durable when it returns) before anything that depends on them is sent."""
 
-    __slots__ = ("node_id", "group", "members", "others", "majority", "role", "term", "voted_for",
-                 "leader_id", "_store")
+    __slots__ = ("node_id", "group", "members", "others", "other_set", "majority", "role", "term",
+                 "voted_for", "leader_id", "_store")
 
     def __init__(self, node_id: str, group: str, peers: list[str], store: LogStore) -> None:
         # Sorted: iteration order must not depend on string hashing, or replays would differ.
@@ -20,6 +20,7 @@ class MemberState:
         self.group = group
         self.members: list[str] = members
         self.others: list[str] = [m for m in members if m != node_id]
+        self.other_set = frozenset(self.others)  # membership tests only; iterate `others`
         self.majority = len(members) // 2 + 1
         self._store = store
         term, voted_for = store.load_vote()
@@ -29,7 +30,7 @@ class MemberState:
         self.leader_id: str | None = None
 
     def is_member(self, node: str) -> bool:
-        return node in self.others
+        return node in self.other_set
 
     def set_term(self, term: int, voted_for: str | None) -> None:
         """Move to a term (and vote), durably. Terms never go back."""
