@@ -32,6 +32,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--base-port", type=int, default=9000,
                    help="node i listens on P+i, its admin HTTP on P+100+i (default 9000)")
     p.add_argument("--flush", choices=("sync", "async"), default="sync")
+    p.add_argument("--segment-mb", type=int, default=64,
+                   help="data segment size in MiB (default 64: a laptop-sized cluster; nodes default to 1024)")
     p.add_argument("--secret", help="shared secret for every node")
     p.add_argument("--log-level", default="WARNING", help="log level of the nodes (default WARNING)")
     p.set_defaults(func=_local_cluster)
@@ -51,4 +53,4 @@ def _local_cluster(args: argparse.Namespace) -> int:
 
     return run_local_cluster(nodes=args.nodes, groups=args.groups, data_dir=args.data_dir,
                              base_port=args.base_port, flush=args.flush, secret=args.secret,
-                             log_level=args.log_level)
+                             log_level=args.log_level, segment_mb=args.segment_mb)

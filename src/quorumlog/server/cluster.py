@@ -200,12 +200,14 @@ class LocalCluster:
 
 
 def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int, flush: str = "sync",
-                      secret: str | None = None, log_level: str = "WARNING") -> int:
+                      secret: str | None = None, log_level: str = "WARNING", segment_mb: int = 64) -> int:
     """Start the cluster, print where it is, wait for Ctrl-C/SIGTERM, stop every node."""
     from rich.console import Console
 
     console = Console()
-    cluster = LocalCluster(Path(data_dir), nodes, groups, base_port, flush, secret, log_level)
+    # Index segments sized to hold as many entries as a data segment of ~200-byte entries would.
+    store = {"data_segment_bytes": segment_mb << 20, "index_segment_bytes": 32 * max(1, (segment_mb << 20) // 200)}
+    cluster = LocalCluster(Path(data_dir), nodes, groups, base_port, flush, secret, log_level, store=store)
     for node in cluster.nodes:
         for port in (node.port, node.admin_port):
             with socket.socket() as probe:

@@ -1,0 +1,145 @@
+"""The command line against real nodes: append, read, tail, status, transfer-leader, bench; the admin
+HTTP endpoints; local-cluster's start and clean stop; errors as one line and a non-zero status."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quorumlog.client import Client
+from quorumlog.server.cluster import free_ports
+
+from .conftest import wait_until
+
+QL = [sys.executable, "-m", "quorumlog"]
+
+
+def ql(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*QL, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
+
+
+def test_append_read_tail_status_transfer(cluster_factory: Any) -> None:
+    cluster = cluster_factory()
+    eps = ["--endpoints", cluster.endpoints]
+    r = ql("append", *eps, "one", "two")
+    assert r.returncode == 0, r.stderr
+    first = int(r.stdout.split()[0])
+    r = ql("append", *eps, "-q", stdin="three\nfour\nfive\n")
+    assert r.returncode == 0 and "appended 3 entries" in r.stdout, r.stdout + r.stderr
+    r = ql("read", *eps, "--from", str(first), "--count", "5")
+    assert r.stdout.splitlines() == ["one", "two", "three", "four", "five"], r.stderr
+    r = ql("read", *eps, "--from", str(first), "--count", "2", "--format", "json")
+    docs = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [d["body"] for d in docs] == ["one", "two"] and docs[0]["index"] == first
+    r = ql("read", *eps, "--from", str(first), "--count", "1", "--format", "hex")
+    assert r.stdout.split("\t")[2].strip() == b"one".hex()
+    r = ql("tail", *eps, "-n", "2")
+    assert r.stdout.splitlines() == ["four", "five"], r.stdout + r.stderr
+
+    follower = subprocess.Popen([*QL, "tail", "-f", *eps, "--from", str(first)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert follower.stdout is not None
+        assert [follower.stdout.readline().strip() for _ in range(5)] == ["one", "two", "three", "four", "five"]
+        assert ql("append", *eps, "six").returncode == 0
+        assert follower.stdout.readline().strip() == "six"
+    finally:
+        follower.send_signal(signal.SIGINT)
+        follower.wait(10)
+
+    r = ql("status", *eps, "--json")
+    assert r.returncode == 0
+    docs = json.loads(r.stdout)
+    roles = sorted(d["groups"]["g0"]["role"] for d in docs.values())
+    assert roles == ["follower", "follower", "leader"]
+    leader = next(d["node"] for d in docs.values() if d["groups"]["g0"]["role"] == "leader")
+    r = ql("status", *eps)
+    assert r.returncode == 0 and "leader" in r.stdout
+    target = next(n.node_id for n in cluster.nodes if n.node_id != leader)
+    r = ql("transfer-leader", *eps, "--to", target)
+    assert r.returncode == 0, r.stderr
+    with Client(cluster.endpoints) as c:
+        wait_until(lambda: c.metadata(with_nodes=False).leader == target, 10, "the new leader")
+
+
+def test_errors_are_one_line_and_non_zero(cluster_factory: Any) -> None:
+    cluster = cluster_factory(nodes=1)
+    r = ql("append", "--endpoints", cluster.endpoints, "--group", "nope", "--timeout", "2", "x")
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "UNKNOWN_GROUP" in r.stderr
+    (port,) = free_ports(1)
+    r = ql("read", "--endpoints", f"127.0.0.1:{port}", "--count", "1", "--timeout", "1")
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "error" in r.stderr
+    for cmd in ("serve", "local-cluster", "append", "read", "tail", "status", "transfer-leader", "bench"):
+        h = ql(cmd, "--help")
+        assert h.returncode == 0 and "usage:" in h.stdout, cmd
+
+
+def test_admin_status_and_metrics(cluster_factory: Any) -> None:
+    cluster = cluster_factory()
+    with Client(cluster.endpoints) as c:
+        c.append_many([b"x"] * 10)
+        leader = c.metadata(with_nodes=False).leader
+    node = next(n for n in cluster.nodes if n.node_id == leader)
+    doc = json.loads(urllib.request.urlopen(node.admin_url + "/status", timeout=5).read())
+    g = doc["groups"]["g0"]
+    assert g["role"] == "leader" and g["committed_index"] >= 10 and set(g["peer_lag"]) == {
+        n.node_id for n in cluster.nodes if n.node_id != leader}
+    text = urllib.request.urlopen(node.admin_url + "/metrics", timeout=5).read().decode()
+    for name in ("quorumlog_append_latency_seconds_bucket", "quorumlog_commit_latency_seconds_count",
+                 "quorumlog_fsync_latency_seconds_sum", "quorumlog_entries_in_total", "quorumlog_bytes_out_total",
+                 "quorumlog_term", "quorumlog_role", "quorumlog_peer_lag_entries", "quorumlog_pending_appends"):
+        assert name in text, name
+    assert f'quorumlog_is_leader{{group="g0",node="{leader}"}} 1' in text
+
+
+def test_local_cluster_starts_and_stops_cleanly(tmp_path: Path) -> None:
+    base = free_ports(1)[0]
+    if base + 102 > 65535:
+        pytest.skip("no room for the port range")
+    proc = subprocess.Popen([*QL, "local-cluster", "--nodes", "3", "--groups", "2", "--data-dir", str(tmp_path),
+                             "--base-port", str(base)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        lines: list[str] = []
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("endpoints:"):
+                break
+        eps = lines[-1].split(":", 1)[1].strip()
+        if "port" in "".join(lines) and "not free" in "".join(lines):
+            pytest.skip("the port range was taken")
+        for group in ("g0", "g1"):
+            with Client(eps, group=group, retry_timeout=60) as c:
+                assert c.append(group.encode()).index >= 0
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        assert "n0 exit 0, n1 exit 0, n2 exit 0" in out.replace("stopped: ", ""), out
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+@pytest.mark.slow
+def test_bench_json_against_local_cluster(tmp_path: Path) -> None:
+    r = ql("bench", "--local", "3", "--data-dir", str(tmp_path), "--seconds", "1", "--single", "20",
+           "--failovers", "1", "--size", "100", "--batch", "64", "--json", timeout=600)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["throughput"]["appends_per_s"] > 0 and doc["single"]["appends"] == 20
+    assert doc["failover"]["rounds"] == 1
