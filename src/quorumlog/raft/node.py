@@ -59,11 +59,15 @@ class RaftNode:
         # committed (and acknowledged) too, so it also waits until it has committed up to the end of
         # the first leader it hears from: that leader holds every committed entry (leader
         # completeness), and committing its end means a majority holds them all again.
+        # The state is persisted (MemberState.set_recovering) because a restart midway must not end it.
         damage = store.damage
-        self.recover_floor: int | None = damage.committed_index if damage is not None else None
-        self.recover_leader_end: int | None = None
         if damage is not None:
+            self.member.set_recovering(True)
+        self.recover_floor: int | None = None
+        if self.member.recovering:
+            self.recover_floor = damage.committed_index if damage is not None else -1
             self.stats["recovering_from_damage"] += 1
+        self.recover_leader_end: int | None = None
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -209,6 +213,7 @@ class RaftNode:
             return
         if self.store.committed_index >= max(floor, lc) and self.store.damage is None:
             self.recover_floor = None
+            self.member.set_recovering(False)
             self.stats["recovered_from_damage"] += 1
 
     def _route(self, msg: Message, now: int, out: Ready) -> None:
