@@ -270,3 +270,29 @@ def test_raft_restart_keeps_term_vote_and_log() -> None:
     leader = s.leader()
     assert leader is not None and s.nodes[leader].term > term
     assert s.terms(leader)[:3] == [1, 1, term]
+
+
+def test_raft_recovery_survives_a_restart_midway() -> None:
+    s = Script(["n0", "n1", "n2"], seed=12)
+    s.elect("n0")
+    s.propose("n0", [b"%d" % i for i in range(8)])
+    s.settle()
+    s.run(100)
+    store = s.stores["n2"]
+    assert isinstance(store, MemoryStore)
+    store.checkpoint()
+    committed = store.committed_index
+    store.crash()
+    store.lose_from(committed - 3)
+    s.restart("n2")
+    # The lost range comes back (the store's Damage report clears), then the node crashes again
+    # before it has committed up to its leader's end.
+    raw, _ = s.stores["n0"].read_raw(committed - 3, 4, 1 << 20)
+    store.append_encoded(raw)
+    store.flush()
+    assert store.damage is None
+    node = s.restart("n2")
+    assert node.recovering and not node.can_vote()
+    s.run(1000)
+    assert not node.recovering and node.can_vote()
+    assert store.load_vote()[1] in (None, "n0", "n1", "n2")  # the mark is gone from the vote slot
