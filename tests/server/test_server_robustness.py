@@ -165,3 +165,13 @@ def test_node_that_cannot_bind_or_open_its_data_dir_exits_with_one_line(tmp_path
     r = _serve(["--id", "n0", "--data-dir", str(tmp_path)], tmp_path)
     assert r.returncode != 0 and r.stderr.strip().splitlines() == ["quorumlog: error: missing --peers "
                                                                     "(or give --config node.toml)"]
+
+
+def test_shared_secret_admits_peers_and_clients_that_know_it(cluster_factory: Any) -> None:
+    cluster = cluster_factory(secret="s3cret")
+    with Client(cluster.endpoints, group="g0", secret="s3cret") as c:
+        r = c.append(b"authenticated")
+        assert c.get(r.index).body == b"authenticated"
+    r2 = subprocess.run([sys.executable, "-m", "quorumlog", "append", "--endpoints", cluster.endpoints,
+                         "--timeout", "2", "x"], capture_output=True, text=True, timeout=60)
+    assert r2.returncode != 0 and len(r2.stderr.strip().splitlines()) == 1, r2.stderr
