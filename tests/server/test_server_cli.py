@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -101,10 +102,24 @@ def test_admin_status_and_metrics(cluster_factory: Any) -> None:
     assert f'quorumlog_is_leader{{group="g0",node="{leader}"}} 1' in text
 
 
+def _free_range() -> int:
+    """A base port P with P..P+2 and P+100..P+102 free right now (local-cluster's layout)."""
+    for _ in range(50):
+        base = free_ports(1)[0]
+        if base + 102 > 65535:
+            continue
+        try:
+            for port in (base, base + 1, base + 2, base + 100, base + 101, base + 102):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    pytest.skip("no free port range for local-cluster")
+
+
 def test_local_cluster_starts_and_stops_cleanly(tmp_path: Path) -> None:
-    base = free_ports(1)[0]
-    if base + 102 > 65535:
-        pytest.skip("no room for the port range")
+    base = _free_range()
     proc = subprocess.Popen([*QL, "local-cluster", "--nodes", "3", "--groups", "2", "--data-dir", str(tmp_path),
                              "--base-port", str(base)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)

@@ -131,14 +131,10 @@ def _read(args: argparse.Namespace) -> int:
 
 def _tail(args: argparse.Namespace) -> int:
     with _client(args) as c:
-        start = args.start
-        if start is None:
-            md = c.metadata(with_nodes=True)
-            committed = max((n["committed_index"] for n in md.nodes.values() if n), default=-1)
-            start = max(0, committed + 1 - max(0, args.lines))
+        md = c.metadata(with_nodes=True)
+        committed = max((n["committed_index"] for n in md.nodes.values() if n), default=-1)
+        start = args.start if args.start is not None else max(0, committed + 1 - max(0, args.lines))
         if not args.follow:
-            md = c.metadata(with_nodes=True)
-            committed = max((n["committed_index"] for n in md.nodes.values() if n), default=-1)
             for e in c.read(start, max(0, committed - start + 1)):
                 _print_entry(e, args.format)
             return 0
