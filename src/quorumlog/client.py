@@ -43,6 +43,7 @@ from .net.bodies import FieldType, Schema, decode_response
 from .net.connection import Connection, connect
 from .net.errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError, ResponseError
 from .net.frames import ONEWAY, Frame
+from .net.loop import loop_factory
 from .net.ops import Op
 from .net.schemas import (
     APPEND_BATCH_REQUEST,
@@ -574,15 +575,8 @@ def _decode(buf: bytes, max_body: int) -> list[Entry]:
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
-    """uvloop when the wire layer accepts its transports (see server/loopcompat.py), else asyncio's loop."""
-    try:
-        import uvloop
-        import uvloop.loop
-    except ImportError:
-        return asyncio.new_event_loop()
-    if issubclass(uvloop.loop.TCPTransport, asyncio.Transport):  # type: ignore[attr-defined]
-        return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
+    """uvloop when installed, else asyncio's loop (the wire layer runs on both)."""
+    return loop_factory()()
 
 
 async def _anext(agen: AsyncIterator[T]) -> T:

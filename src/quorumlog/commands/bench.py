@@ -186,7 +186,7 @@ def _bench(args: argparse.Namespace) -> int:
         result["cluster"]["preallocated"] = cluster.wait_preallocated()
         result["disk_fsync"] = fsync_probe(str(root), args.size)
     try:
-        from ..server.loopcompat import loop_factory
+        from ..net.loop import loop_factory
 
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
             with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[rate]}"),

@@ -13,7 +13,7 @@ import heapq
 import logging
 import ssl as ssl_module
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from ..errors import QuorumLogError, ResponseCode
 from .bodies import encode_error
@@ -123,8 +123,8 @@ class Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses but offer the same methods.
+        self._transport = cast(asyncio.Transport, transport)
         self.peername = transport.get_extra_info("peername")
         if self._hs is not None:
             self._timer = self._loop.call_later(self._hello_timeout, self._hello_expired)

@@ -68,7 +68,7 @@ def _host(addr: str) -> str:
 
 def run_serve(cfg: NodeConfig, log_level: str = "INFO") -> int:
     """Run a node to completion; returns its exit status."""
-    from .loopcompat import loop_factory
+    from ..net.loop import loop_factory
     from .node import NodeServer
 
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO), stream=sys.stderr,

@@ -1,11 +1,11 @@
-"""The node's FileStore: serialises the worker thread's fsyncs with the loop's truncations.
+"""The node's FileStore: serialises the worker thread's flush and checkpoint with the loop's truncations
+and expiry.
 
 The node runs `flush()` (and `checkpoint()`) in a worker thread while the event loop keeps stepping the
-Raft core, which may append to the same store meanwhile; appends are safe (flush names only the end it
-saw before syncing). A truncation is not: FileStore.flush records the end it captured after syncing, so
-a truncation in between would be undone and later entries at the same indexes would count as durable
-before they are. Truncations are rare (a follower meeting a new leader), so the loop simply waits for an
-in-flight sync before truncating.
+Raft core, which may append to the same store meanwhile. FileStore itself keeps a flush and a concurrent
+append or truncation consistent; a checkpoint reads index units and segments that an expiry may remove,
+so those are serialised here. Truncations and expiry are rare, so the loop simply waits for an in-flight
+sync.
 """
 
 from __future__ import annotations

@@ -74,6 +74,8 @@ class FileStore:
         self._max_body = cfg.max_body_bytes
         self._seg = cfg.data_segment_bytes
         self._failed: DiskError | None = None
+        self._epoch = 0  # bumped by every truncation, so a concurrent flush knows what it synced
+        self._state_lock = threading.Lock()  # a flush's check-and-set of _flushed vs a truncation
         self._closed = False
         self._disk_full = False
         self._next_disk_probe = 0.0
@@ -322,14 +324,20 @@ class FileStore:
             self.index.drop_after(max((index + 1) * INDEX_UNIT_SIZE, self.index.start))
         except OSError as e:
             self._fail(e)
-        self._end = index
-        self._end_term = term
-        self._chain = chain
-        self._write_pos = new_wp
-        self._flushed = min(self._flushed, index)
+        with self._state_lock:
+            self._epoch += 1
+            self._end = index
+            self._end_term = term
+            self._chain = chain
+            self._write_pos = new_wp
+            self._flushed = min(self._flushed, index)
 
     def flush(self) -> int:
         self._check_writable()
+        # flush() may run in a worker thread while the owner appends or truncates. Capture the end
+        # before syncing (appends after it are not covered); a truncation meanwhile (a new epoch) may
+        # have replaced entries up to that end with unsynced ones, so then nothing more is claimed.
+        epoch = self._epoch
         end = self._end
         try:
             # Only data needs syncing for durability: index units past the checkpoint's anchor are
@@ -337,8 +345,9 @@ class FileStore:
             self.data.sync()
         except OSError as e:
             self._fail(e)
-        if end > self._flushed:
-            self._flushed = end
+        with self._state_lock:
+            if epoch == self._epoch and end > self._flushed:
+                self._flushed = end
         return self.durable_index
 
     def checkpoint(self) -> None:

@@ -40,6 +40,9 @@ class SegmentList:
         self.segments: list[Segment] = []
         self.dirty: set[Segment] = set()
         self.lock = threading.Lock()  # guards closing segments against a concurrent flush
+        # Guards `dirty` alone, held only for a set operation: a writer adding a segment while a flush
+        # swaps the set must not add it to the set the flush has already taken.
+        self._dirty_lock = threading.Lock()
         self.preallocate = preallocate
         self._spare: tuple[str, threading.Thread, list[int | BaseException]] | None = None
 
@@ -200,7 +203,8 @@ class SegmentList:
         if rel + len(data) > self.size:
             raise StoreError(f"{self.dir}: write of {len(data)} bytes at {offset} crosses a segment end")
         self.files.pwrite(seg.fd, data, rel)
-        self.dirty.add(seg)
+        with self._dirty_lock:
+            self.dirty.add(seg)
 
     def zero(self, offset: int, end: int) -> None:
         """Write zeros over [offset, end) within existing segments (stale bytes must not survive)."""
@@ -214,12 +218,14 @@ class SegmentList:
                 n = min(len(zeros), stop - offset)
                 self.files.pwrite(seg.fd, memoryview(zeros)[:n], offset - seg.start)
                 offset += n
-            self.dirty.add(seg)
+            with self._dirty_lock:
+                self.dirty.add(seg)
 
     def sync(self) -> None:
         """fdatasync every segment written since the last sync."""
         with self.lock:
-            dirty, self.dirty = self.dirty, set()
+            with self._dirty_lock:
+                dirty, self.dirty = self.dirty, set()
             for seg in sorted(dirty, key=lambda s: s.start):
                 if seg in self.segments:
                     self.files.fdatasync(seg.fd)
@@ -245,7 +251,8 @@ class SegmentList:
 
     def _release(self, seg: Segment) -> None:
         self._close(seg)
-        self.dirty.discard(seg)
+        with self._dirty_lock:
+            self.dirty.discard(seg)
         self.files.unlink(seg.path)
 
     def _close(self, seg: Segment) -> None:
