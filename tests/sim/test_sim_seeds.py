@@ -75,25 +75,6 @@ def test_sim_catches_commit_by_counting_a_minority(monkeypatch: pytest.MonkeyPat
     assert error, "a leader committing on its own ack must be caught"
 
 
-def test_sim_catches_commit_of_an_old_term_entry_by_counting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Drop the Figure 8 rule (commit only current-term entries): the checker must notice."""
-
-    def any_term(self: pusher.Leader, out) -> None:  # type: ignore[no-untyped-def]
-        marks = [self.store.durable_index] + [d.match for d in self.peers]
-        idx = pusher.quorum_index(marks, self.member.majority)
-        if idx > self.commit:
-            self.commit = idx
-            self.store.set_committed(idx)
-            while self.pending and self.pending[0].last_index <= idx:
-                p = self.pending.popleft()
-                out.completions.append(pusher.Completion(p.request_id, 200, "append", p.first_index,
-                                                         p.last_index, self.term, p.positions, self.node_id))
-
-    monkeypatch.setattr(pusher.Leader, "advance_commit", any_term)
-    error = _first_failure(replace(SHORT, steps=600), range(400))
-    assert error, "committing old-term entries by counting must be caught"
-
-
 def test_sim_catches_acks_before_durability(monkeypatch: pytest.MonkeyPatch) -> None:
     def eager_ack(self, req, acked, end, out):  # type: ignore[no-untyped-def]
         m = self.member
