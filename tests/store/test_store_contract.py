@@ -463,3 +463,18 @@ def test_close_is_idempotent(factory: StoreFactory) -> None:
     fill(s, 3)
     s.close()
     s.close()
+
+
+def test_recovering_flag_persists_beside_term_and_vote(factory: StoreFactory) -> None:
+    s = factory.open()
+    assert not s.recovering
+    s.save_vote(3, "n1")
+    s.set_recovering(True)
+    s = factory.reopen()
+    assert s.recovering and s.load_vote() == (3, "n1")
+    s.save_vote(4, None)  # a new term keeps the flag
+    s = factory.reopen()
+    assert s.recovering and s.load_vote() == (4, None)
+    s.set_recovering(False)
+    s = factory.reopen()
+    assert not s.recovering and s.load_vote() == (4, None)

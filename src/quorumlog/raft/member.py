@@ -5,15 +5,6 @@ from __future__ import annotations
 from ..store.base import LogStore
 from .messages import Role
 
-# Prefixed to the vote slot while the node recovers lost committed entries, so the state survives a
-# restart even after the store's own Damage report has cleared (it clears once the end index is back,
-# which is not yet enough). The vote cast in the current term, if any, follows the prefix.
-RECOVERING_MARK = "\x00recovering:"
-
-
-def _encode_vote(voted_for: str | None, recovering: bool) -> str | None:
-    return RECOVERING_MARK + (voted_for or "") if recovering else voted_for
-
 
 class MemberState:
     """Role, term and vote of one node in one group. Term and vote changes are persisted through the
@@ -33,10 +24,9 @@ class MemberState:
         self.majority = len(members) // 2 + 1
         self._store = store
         term, voted_for = store.load_vote()
-        self.recovering = voted_for is not None and voted_for.startswith(RECOVERING_MARK)
-        if self.recovering:
-            assert voted_for is not None
-            voted_for = voted_for[len(RECOVERING_MARK):] or None
+        # Persisted by the store beside term and vote, so a restart midway does not end recovery
+        # (the store's own Damage report clears once the end index is back, which is not yet enough).
+        self.recovering = store.recovering
         self.term: int = term
         self.voted_for: str | None = voted_for
         self.role = Role.FOLLOWER
@@ -53,16 +43,16 @@ class MemberState:
             return
         if self.recovering and voted_for is not None and voted_for != self.voted_for:
             raise ValueError("a recovering node casts no vote")
-        self._store.save_vote(term, _encode_vote(voted_for, self.recovering))
+        self._store.save_vote(term, voted_for)
         self.term = term
         self.voted_for = voted_for
 
     def set_recovering(self, recovering: bool) -> None:
-        """Enter or leave protocol-aware recovery, durably (see RECOVERING_MARK)."""
+        """Enter or leave protocol-aware recovery, durably."""
         if recovering == self.recovering:
             return
+        self._store.set_recovering(recovering)
         self.recovering = recovering
-        self._store.save_vote(self.term, _encode_vote(self.voted_for, recovering))
 
     def __repr__(self) -> str:
         return (f"MemberState({self.node_id} {self.role.name} t{self.term} vote={self.voted_for} "

@@ -137,6 +137,17 @@ class LogStore(Protocol):
         """Persist (term, voted for) durably before returning."""
         ...
 
+    @property
+    def recovering(self) -> bool:
+        """The persisted protocol-aware-recovery flag (see set_recovering)."""
+        ...
+
+    def set_recovering(self, recovering: bool) -> None:
+        """Persist, durably before returning and beside the term and vote, whether the node is in
+        protocol-aware recovery: it lost committed entries and may neither vote nor lead until the
+        node decides it holds them again (`damage` alone clears as soon as the end index is back)."""
+        ...
+
     def expire(self, safe_index: int, now_s: float) -> int:
         """Drop whole old segments whose entries are all <= safe_index (an index every peer holds)
         and committed; return how many entries were dropped."""

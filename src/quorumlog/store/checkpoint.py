@@ -69,17 +69,30 @@ def write_checkpoint(files: OsFiles, directory: str, cp: Checkpoint) -> None:
     files.write_atomic(os.path.join(directory, "checkpoint"), _encode(dataclasses.asdict(cp)))
 
 
-def read_vote(directory: str) -> tuple[int, str | None]:
+@dataclass(frozen=True, slots=True)
+class StableState:
+    """What `currterm` holds: the current term, the vote cast in it, and whether the node is in
+    protocol-aware recovery (it lost committed entries and may neither vote nor lead until it has
+    them again)."""
+
+    term: int = 0
+    voted_for: str | None = None
+    recovering: bool = False
+
+
+def read_stable(directory: str) -> StableState:
     fields = _decode(os.path.join(directory, "currterm"))
     if fields is None:
-        return 0, None
+        return StableState()
     try:
-        return int(fields["term"]), (fields["voted_for"] or None)
+        return StableState(int(fields["term"]), fields["voted_for"] or None, fields.get("recovering") == "1")
     except (KeyError, ValueError) as e:
         raise StoreError(f"{directory}/currterm lacks or garbles {e}") from None
 
 
-def write_vote(files: OsFiles, directory: str, term: int, voted_for: str | None) -> None:
-    if voted_for is not None and ("\n" in voted_for or "=" in voted_for):
+def write_stable(files: OsFiles, directory: str, state: StableState) -> None:
+    voted_for = state.voted_for
+    if voted_for is not None and (not voted_for or any(c in voted_for for c in "\n\r=\x00")):
         raise StoreError(f"invalid member id {voted_for!r}")
-    files.write_atomic(os.path.join(directory, "currterm"), _encode({"term": term, "voted_for": voted_for}))
+    files.write_atomic(os.path.join(directory, "currterm"), _encode(
+        {"term": state.term, "voted_for": voted_for, "recovering": int(state.recovering)}))

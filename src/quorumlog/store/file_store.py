@@ -40,7 +40,7 @@ from ..errors import (
     StoreError,
 )
 from .base import Appended, Damage, check_bodies, place, verify_run
-from .checkpoint import Checkpoint, read_checkpoint, read_vote, write_checkpoint, write_vote
+from .checkpoint import Checkpoint, StableState, read_checkpoint, read_stable, write_checkpoint, write_stable
 from .recovery import Scan, WalkError, scan, walk
 from .segments import SegmentList
 from .vfs import OsFiles
@@ -106,7 +106,7 @@ class FileStore:
         self.notes += self.data.load()
         self.notes += self.index.load(cache=True)
         cp = read_checkpoint(self.dir)
-        self._vote = read_vote(self.dir)
+        self._stable = read_stable(self.dir)
         # Segments wholly before the checkpointed begin were being expired when the process stopped.
         if self.data.drop_before(cp.begin_pos - cp.begin_pos % self._seg):
             self.notes.append("removed data segments left over from an interrupted expiry")
@@ -370,15 +370,26 @@ class FileStore:
             self._fail(e)
 
     def load_vote(self) -> tuple[int, str | None]:
-        return self._vote
+        return self._stable.term, self._stable.voted_for
 
     def save_vote(self, term: int, voted_for: str | None) -> None:
+        self._save_stable(StableState(term, voted_for, self._stable.recovering))
+
+    @property
+    def recovering(self) -> bool:
+        return self._stable.recovering
+
+    def set_recovering(self, recovering: bool) -> None:
+        if recovering != self._stable.recovering:
+            self._save_stable(StableState(self._stable.term, self._stable.voted_for, recovering))
+
+    def _save_stable(self, state: StableState) -> None:
         self._check_writable()
         try:
-            write_vote(self.files, self.dir, term, voted_for)
+            write_stable(self.files, self.dir, state)
         except OSError as e:
             self._fail(e)
-        self._vote = (term, voted_for)
+        self._stable = state
 
     def expire(self, safe_index: int, now_s: float) -> int:
         """Remove whole data segments (never the one being written) whose entries are all committed

@@ -27,6 +27,7 @@ class MemoryStore:
         self._flushed = -1
         self._checkpointed_committed = -1
         self._vote: tuple[int, str | None] = (0, None)
+        self._recovering = False
         self._damage: Damage | None = None
 
     # -- state -------------------------------------------------------------------------------
@@ -127,6 +128,13 @@ class MemoryStore:
 
     def save_vote(self, term: int, voted_for: str | None) -> None:
         self._vote = (term, voted_for)
+
+    @property
+    def recovering(self) -> bool:
+        return self._recovering
+
+    def set_recovering(self, recovering: bool) -> None:
+        self._recovering = recovering
 
     def expire(self, safe_index: int, now_s: float) -> int:
         """Memory holds no segment files: nothing expires."""

@@ -11,7 +11,7 @@ from typing import Any
 from ..config import MAX_BODY_BYTES
 from ..entry import HEADER_SIZE, INDEX_UNIT, INDEX_UNIT_SIZE
 from ..errors import StoreError
-from .checkpoint import Checkpoint, read_checkpoint, read_vote
+from .checkpoint import Checkpoint, read_checkpoint, read_stable
 from .recovery import WalkError, walk
 from .segments import SegmentList
 from .vfs import OsFiles
@@ -42,6 +42,7 @@ class StoreReport:
     errors: list[dict[str, Any]] = field(default_factory=list)
     term: int = 0
     voted_for: str | None = None
+    recovering: bool = False
 
     def as_json(self) -> dict[str, Any]:
         keys = ("begin_index", "end_index", "end_term", "committed_index", "entries", "data_bytes",
@@ -71,7 +72,8 @@ def verify_store(directory: str, max_body: int = MAX_BODY_BYTES) -> StoreReport:
         report.errors.append({"file": "checkpoint", "offset": 0, "problem": str(e)})
         cp = Checkpoint()
     try:
-        report.term, report.voted_for = read_vote(directory)
+        stable = read_stable(directory)
+        report.term, report.voted_for, report.recovering = stable.term, stable.voted_for, stable.recovering
     except StoreError as e:
         report.errors.append({"file": "currterm", "offset": 0, "problem": str(e)})
     report.committed_index = cp.committed_index
