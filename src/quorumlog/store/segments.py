@@ -128,12 +128,7 @@ class SegmentList:
             path = os.path.join(self.dir, f"{nxt:0{NAME_DIGITS}d}")
             fd = self._take_spare(path)
             if fd is None:
-                fd = self.files.open(path)
-                try:
-                    self.files.allocate(fd, self.size)
-                except BaseException:
-                    self.files.close(fd)
-                    raise
+                fd = self._open_allocated(path)
             try:
                 mapped = self.files.map(fd, self.size)
             except BaseException:
@@ -148,6 +143,16 @@ class SegmentList:
                 return seg
             nxt += self.size
 
+    def _open_allocated(self, path: str) -> int:
+        """Open (creating) `path` and zero-fill it to the segment size; its fd."""
+        fd = self.files.open(path)
+        try:
+            self.files.allocate(fd, self.size)
+        except BaseException:
+            self.files.close(fd)
+            raise
+        return fd
+
     # A spare segment is zero-filled in a background thread while the current one fills, so a
     # roll costs a rename rather than writing a whole segment of zeros (RocketMQ allocates ahead too).
     def _start_spare(self) -> None:
@@ -158,13 +163,7 @@ class SegmentList:
 
         def allocate() -> None:
             try:
-                fd = self.files.open(path)
-                try:
-                    self.files.allocate(fd, self.size)
-                except BaseException:
-                    self.files.close(fd)
-                    raise
-                result.append(fd)
+                result.append(self._open_allocated(path))
             except BaseException as e:  # reported when the spare is taken
                 result.append(e)
 
