@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NoReturn, Protocol
 
-from ..entry import BLANK_SIZE, HEADER_SIZE, MAGIC_NORMAL, Entry, check_entry
+from ..entry import BLANK_SIZE, CHAIN_SPAN, HEADER, HEADER_SIZE, MAGIC_NORMAL, VALID_MAGICS, Entry, check_entry
 from ..errors import CorruptEntryError, InvalidArgumentError
 
 
@@ -158,6 +159,9 @@ class LogStore(Protocol):
         ...
 
 
+_unpack_header = HEADER.unpack_from
+
+
 def place(write_pos: int, size: int, segment_bytes: int) -> int:
     """Where an entry of `size` bytes starts: at write_pos, or at the next segment when the entry
     plus a blank record would not fit (the rest of the segment then holds a blank record)."""
@@ -174,31 +178,54 @@ def check_bodies(bodies: Sequence[bytes], max_body: int) -> None:
 def verify_run(data: bytes | bytearray | memoryview, first_index: int, write_pos: int, prev_chain: int | None,
                end_term: int, segment_bytes: int, max_body: int) -> list[tuple[int, int, int, int, int, int]]:
     """Check pushed entries against the log they extend; return (offset, pos, size, index, term, magic)
-    for each. Raises CorruptEntryError naming the entry and what is wrong."""
-    out = []
-    off = 0
+    for each. Raises CorruptEntryError naming the entry and what is wrong.
+
+    This is a follower's per-entry cost, so check_entry's checks and place() are inlined; on any
+    failure the entry is checked again the slow way, for the message."""
+    out: list[tuple[int, int, int, int, int, int]] = []
+    add = out.append
+    mv = memoryview(data)
     n = len(data)
+    off = 0
     index = first_index
     term_floor = end_term
     chain = prev_chain
+    seg_end = write_pos - write_pos % segment_bytes + segment_bytes
+    unpack = _unpack_header
+    crc32 = zlib.crc32
     while off < n:
-        try:
-            magic, size, eindex, term, pos, _c, chain, _b, _s = check_entry(data, off, chain, max_body)
-        except CorruptEntryError as e:
-            raise CorruptEntryError(f"pushed entry {index} (byte {off}): {e}") from None
+        if n - off < HEADER_SIZE:
+            _fail_run(data, off, index, chain, max_body, "truncated header")
+        magic, size, eindex, term, pos, _c, echain, body_crc, body_size = unpack(data, off)
+        if magic not in VALID_MAGICS or not 0 <= body_size <= max_body or size != HEADER_SIZE + body_size \
+                or off + size > n or (chain is not None and crc32(mv[off:off + CHAIN_SPAN], chain) != echain) \
+                or crc32(mv[off + HEADER_SIZE:off + size]) != body_crc:
+            _fail_run(data, off, index, chain, max_body, "bad entry")
         if eindex != index:
             raise CorruptEntryError(f"pushed entry at byte {off} has index {eindex}, expected {index}")
         if term < term_floor:
             raise CorruptEntryError(f"pushed entry {index} has term {term} below the previous {term_floor}")
-        expected = place(write_pos, size, segment_bytes)
-        if pos != expected:
-            raise CorruptEntryError(f"pushed entry {index} has pos {pos}, this log would put it at {expected}")
-        out.append((off, pos, size, index, term, magic))
+        if write_pos + size + BLANK_SIZE > seg_end:  # place(): the entry starts the next segment
+            write_pos = seg_end
+            seg_end += segment_bytes
+        if pos != write_pos:
+            raise CorruptEntryError(f"pushed entry {index} has pos {pos}, this log would put it at {write_pos}")
+        add((off, pos, size, index, term, magic))
+        chain = echain
         term_floor = term
         write_pos = pos + size
         off += size
         index += 1
     return out
+
+
+def _fail_run(data: bytes | bytearray | memoryview, off: int, index: int, chain: int | None, max_body: int,
+              fallback: str) -> NoReturn:
+    try:
+        check_entry(data, off, chain, max_body)
+    except CorruptEntryError as e:
+        raise CorruptEntryError(f"pushed entry {index} (byte {off}): {e}") from None
+    raise CorruptEntryError(f"pushed entry {index} (byte {off}): {fallback}")
 
 
 def entry_from(buf: bytes | bytearray | memoryview, off: int, size: int, h: tuple) -> Entry:
