@@ -5,6 +5,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from store_helpers import body, small_config
 
 from quorumlog.store.file_store import FileStore
@@ -70,4 +73,30 @@ def test_appends_during_a_flush_are_covered_by_the_next_one(tmp_path: Path) -> N
         assert s.flush() == 1
     finally:
         files.release.set()
+        s.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.lists(st.integers(0, 300), min_size=1, max_size=12), min_size=1, max_size=12),
+       cut=st.integers(0, 200), reads=st.lists(st.tuples(st.integers(0, 150), st.integers(1, 40),
+                                                         st.integers(1, 6000)), max_size=12))
+def test_read_raw_of_recent_batches_equals_a_read_from_disk(tmp_path_factory: pytest.TempPathFactory,
+                                                             batches: list[list[int]], cut: int,
+                                                             reads: list[tuple[int, int, int]]) -> None:
+    """The leader serves its last batches from memory; what it returns must be what the disk holds."""
+    d = tmp_path_factory.mktemp("s")
+    s = FileStore(d, small_config())
+    n = 0
+    for sizes in batches:
+        s.append([body(n + k, size) for k, size in enumerate(sizes)], 1)
+        n += len(sizes)
+    if cut < s.end_index:  # a truncation drops what the memory holds
+        s.truncate_after(cut)
+        s.append([body(i, 50) for i in range(3)], 2)
+    live = [s.read_raw(start, count, nbytes) for start, count, nbytes in reads]
+    s.close()
+    s = FileStore(d, small_config())
+    try:
+        assert live == [s.read_raw(start, count, nbytes) for start, count, nbytes in reads]
+    finally:
         s.close()

@@ -13,6 +13,8 @@ import os
 import threading
 import time
 import zlib
+from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Sequence
 
 from ..config import StoreConfig
@@ -75,6 +77,9 @@ class FileStore:
         self._seg = cfg.data_segment_bytes
         self._failed: DiskError | None = None
         self._epoch = 0  # bumped by every truncation, so a concurrent flush knows what it synced
+        # The last batches this store encoded as leader, kept so that pushing them to followers needs
+        # no read back (and no second CRC check of bytes this process has just computed).
+        self._recent: deque[tuple[int, int, bytearray, list[int]]] = deque(maxlen=16)
         self._state_lock = threading.Lock()  # a flush's check-and-set of _flushed vs a truncation
         self._closed = False
         self._disk_full = False
@@ -241,6 +246,7 @@ class FileStore:
         self._write_pos = pos + len(data)
         self._end = first + len(bodies) - 1
         self._end_term = term
+        self._recent.append((first, self._end, data, positions[-len(bodies):]))
 
     def _write_units(self, first: int, units: bytes | bytearray | memoryview) -> None:
         off = first * INDEX_UNIT_SIZE
@@ -324,6 +330,7 @@ class FileStore:
             self.index.drop_after(max((index + 1) * INDEX_UNIT_SIZE, self.index.start))
         except OSError as e:
             self._fail(e)
+        self._recent.clear()
         with self._state_lock:
             self._epoch += 1
             self._end = index
@@ -571,6 +578,34 @@ class FileStore:
                 for view, rel, h in self._iter_raw(start, max_count, max_bytes, include_control, True)]
 
     def read_raw(self, start: int, max_count: int, max_bytes: int) -> tuple[bytes, int]:
+        parts: list[bytes] = []
+        count = used = 0
+        index = start
+        # Recently encoded batches first; the disk (with every entry checked) for the rest.
+        while count < max_count and (used < max_bytes or not count) and index <= self._end:
+            hit = self._recent_slice(index, max_count - count, max_bytes - used)
+            if hit is None:
+                break
+            parts.append(hit[0])
+            count += hit[1]
+            used += len(hit[0])
+            index += hit[1]
+        if count < max_count and (used < max_bytes or not count) and index <= self._end:
+            chunk, n = self._read_raw_disk(index, max_count - count, max_bytes - used)
+            parts.append(chunk)
+            count += n
+        if len(parts) == 1:
+            return parts[0], count
+        return b"".join(parts), count
+
+    def _recent_slice(self, index: int, max_count: int, max_bytes: int) -> tuple[bytes, int] | None:
+        for first, last, data, positions in reversed(self._recent):
+            if first <= index <= last:
+                i = index - first
+                return _slice_recent(i, min(last - first + 1, i + max_count), max_bytes, data, positions)
+        return None
+
+    def _read_raw_disk(self, start: int, max_count: int, max_bytes: int) -> tuple[bytes, int]:
         items = self._iter_raw(start, max_count, max_bytes)
         if not items:
             return b"", 0
@@ -597,3 +632,12 @@ class FileStore:
                 self.flush()
             except StoreError:
                 return
+
+
+def _slice_recent(i: int, j: int, max_bytes: int, data: bytearray, positions: list[int]) -> tuple[bytes, int]:
+    """Entries i..j-1 of a recently encoded run, cut as read_raw cuts (whole entries while the bytes
+    before them stay under max_bytes, at least one)."""
+    base = positions[0]
+    k = max(i + 1, bisect_left(positions, positions[i] + max_bytes, i, j))
+    end = positions[k] - base if k < len(positions) else len(data)
+    return bytes(data[positions[i] - base:end]), k - i
