@@ -362,6 +362,21 @@ class AsyncClient:
         r = await self._any_call(Op.READ, body, READ_RESPONSE)
         return _decode(r.entries, MAX_BODY_BYTES), r.next_index, r.committed_index
 
+    async def read_raw(self, start: int, max_entries: int = 10000, max_bytes: int = 4 << 20, *,
+                       node: str | None = None) -> tuple[bytes, int, int]:
+        """One READ answered as the wire carries it: (encoded entries back to back, the next index to ask
+        for, the responder's committed index). For bulk readers that decode a whole answer at once (the
+        caller checks CRCs). `node` ("host:port") asks that node only; otherwise as read_batch."""
+        body = READ_REQUEST.encode(self.group, start, max_entries, max_bytes, False)
+        if node is None:
+            r = await self._any_call(Op.READ, body, READ_RESPONSE)
+        else:
+            try:
+                r = await self._call(node, Op.READ, body, READ_RESPONSE)
+            except ResponseError as e:
+                raise error_for(e.code, e.reason, e.leader) from None
+        return r.entries, r.next_index, r.committed_index
+
     async def read(self, start: int, count: int, *, include_control: bool = False,
                    batch: int = 10000) -> AsyncIterator[Entry]:
         """Committed entries with indexes start..start+count-1 (fewer when the log ends first)."""
@@ -528,8 +543,17 @@ class Client:
         """Start an append and return at once (pipelining from synchronous code)."""
         return self._submit(self._ac.append(body))
 
+    def append_batch_raw_async(self, bodies: Sequence[bytes]) -> ConcurrentFuture[tuple[int, int]]:
+        """Start an append_batch_raw and return at once: (first index, count) when it completes."""
+        return self._submit(self._ac.append_batch_raw(bodies))
+
     def get(self, index: int) -> Entry:
         return self._run(self._ac.get(index))
+
+    def read_raw_async(self, start: int, max_entries: int = 10000, max_bytes: int = 4 << 20, *,
+                       node: str | None = None) -> ConcurrentFuture[tuple[bytes, int, int]]:
+        """Start one AsyncClient.read_raw and return at once (so a reader can keep a READ in flight)."""
+        return self._submit(self._ac.read_raw(start, max_entries, max_bytes, node=node))
 
     def read(self, start: int, count: int, *, include_control: bool = False) -> Iterator[Entry]:
         """Committed entries start..start+count-1, fetched a batch at a time."""

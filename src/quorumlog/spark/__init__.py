@@ -1,0 +1,21 @@
+"""PySpark data source "quorumlog" (install the `spark` extra: pyspark >= 4.2 and pyarrow).
+
+    from quorumlog.spark import register
+    register(spark)
+    df = spark.read.format("quorumlog").option("endpoints", eps).load()
+
+See README.md ("Spark") for the options.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(spark: Any) -> None:
+    """Register the "quorumlog" format with a SparkSession."""
+    from .source import register as _register
+
+    _register(spark)

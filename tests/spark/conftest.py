@@ -1,0 +1,102 @@
+"""One SparkSession for the whole test session (local[2], quiet), and real local quorumlog clusters
+started as the server tests start them (`quorumlog serve` processes, stopped by pid)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from quorumlog.client import Client
+from quorumlog.server.cluster import LocalCluster
+from quorumlog.spark import register
+from server.conftest import FAST_RAFT, SMALL_STORE, wait_until
+
+__all__ = ["append_bodies", "leader_of", "wait_until"]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    session = (SparkSession.builder.master("local[2]").appName("quorumlog-tests")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.ui.enabled", "false")
+               .config("spark.driver.memory", "1g")
+               .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+               .config("spark.driver.extraJavaOptions", "-Dlog4j.rootLogger=ERROR")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def leader_of(cluster: LocalCluster, group: str, timeout: float = 20.0) -> str:
+    """The node id of the group's leader, once there is one."""
+    with Client(cluster.endpoints, group, retry_timeout=timeout) as c:
+        def probe() -> str | None:
+            try:
+                return c.metadata(with_nodes=False).leader
+            except Exception:
+                return None
+
+        return wait_until(probe, timeout, f"a leader of {group}", interval=0.05)
+
+
+def append_bodies(cluster: LocalCluster, group: str, bodies: list[bytes], batch: int = 500) -> list[int]:
+    """Append bodies in order; returns their indexes."""
+    out: list[int] = []
+    with Client(cluster.endpoints, group, retry_timeout=30.0) as c:
+        for i in range(0, len(bodies), batch):
+            out += [r.index for r in c.append_many(bodies[i:i + batch])]
+    return out
+
+
+def _start(root: Path, groups: int, **kwargs: Any) -> LocalCluster:
+    kwargs.setdefault("raft", FAST_RAFT)
+    kwargs.setdefault("store", SMALL_STORE)
+    c = LocalCluster(root, 3, groups, **kwargs)
+    c.start()
+    try:
+        for g in c.group_names:
+            leader_of(c, g)
+    except BaseException:
+        c.stop(timeout=10)
+        raise
+    return c
+
+
+@pytest.fixture(scope="session")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A 3-node cluster with groups g0 and g1, shared by tests that only append and read."""
+    c = _start(tmp_path_factory.mktemp("shared"), 2)
+    try:
+        yield c
+    finally:
+        c.stop(timeout=10)
+
+
+@pytest.fixture
+def new_cluster(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
+    """Clusters of one's own (for tests that kill nodes or expire entries); stopped after the test."""
+    made: list[LocalCluster] = []
+
+    def make(groups: int = 1, **kwargs: Any) -> LocalCluster:
+        c = _start(tmp_path / f"c{len(made)}", groups, **kwargs)
+        made.append(c)
+        return c
+
+    try:
+        yield make
+    finally:
+        for c in made:
+            c.stop(timeout=10)
