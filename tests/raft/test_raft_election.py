@@ -133,6 +133,7 @@ def test_raft_leadership_transfer_succeeds() -> None:
     s.settle()
     result = s.result("n0", rid)
     assert result is not None and result.code == ResponseCode.SUCCESS and result.kind == "transfer"
+    assert result.leader_id == "n1"  # the answer names the new leader, not the old one
     assert s.leader() == "n1" and s.nodes["n1"].term == term + 1
     assert [m for m in s.transcript if m.startswith("TimeoutNow n0->n1")]
 

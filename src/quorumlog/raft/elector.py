@@ -277,7 +277,9 @@ class Elector:
             out.messages.append(TimeoutNow(m.group, m.node_id, target, m.term))
             self.transfer_sent = True
 
-    def finish_transfer(self, code: int, out: Ready) -> None:
+    def finish_transfer(self, code: int, out: Ready, leader_id: str | None = None) -> None:
+        """Answer the transfer request; `leader_id` names the new leader when the caller knows it
+        before the member state does (stepping down to the target)."""
         if self.transfer_target is None:
             return
         if code == SUCCESS:
@@ -286,7 +288,7 @@ class Elector:
             self.node.stats["transfers_failed"] += 1
         if self.transfer_request is not None:
             out.completions.append(Completion(self.transfer_request, code, TRANSFER, term=self.member.term,
-                                              leader_id=self.member.leader_id))
+                                              leader_id=leader_id or self.member.leader_id))
         self.transfer_target = None
         self.transfer_request = None
         self.transfer_sent = False

@@ -321,7 +321,8 @@ class RaftNode:
         el = self.elector
         if el.transferring:
             won = by is not None and by == el.transfer_target
-            el.finish_transfer(SUCCESS if won else int(ResponseCode.TAKE_LEADERSHIP_FAILED), out)
+            el.finish_transfer(SUCCESS if won else int(ResponseCode.TAKE_LEADERSHIP_FAILED), out,
+                               leader_id=by if won else leader)
         if self.leader is not None:
             self.leader.step_down(leader, out)
         self.leader = None
