@@ -43,7 +43,7 @@ def test_header_is_big_endian_and_in_design_order() -> None:
     raw, chain = encode_entry(MAGIC_NOOP, 0x0102030405060708, 9, 0x11, b"xyz", 0)
     magic, size, index, term, pos, channel, chain_crc, body_crc, body_size = struct.unpack(">iiqqqiIIi", raw[:48])
     assert (magic, size, index, term, pos, channel) == (2, 51, 0x0102030405060708, 9, 0x11, 0)
-    assert chain_crc == chain == zlib.crc32(raw[:36], 0)
+    assert chain_crc == chain == zlib.crc32(raw[40:44], zlib.crc32(raw[:36], 0))
     assert body_crc == zlib.crc32(b"xyz") and body_size == 3 and raw[48:] == b"xyz"
 
 
@@ -180,3 +180,14 @@ def test_replica_digest_depends_on_index_term_magic_body_only(items: list[tuple[
 def test_entry_is_control() -> None:
     assert not Entry(0, 1, 0, b"").is_control
     assert Entry(0, 1, 0, b"", MAGIC_NOOP).is_control and Entry(0, 1, 0, b"", MAGIC_CONFIG).is_control
+
+
+@given(body=st.binary(min_size=1, max_size=200), flip=st.integers(0, 10_000), prev=u32)
+def test_chain_covers_the_body_through_its_crc(body: bytes, flip: int, prev: int) -> None:
+    """Two entries that differ only in their bodies (same size) carry different chain CRCs, so a chain
+    CRC vouches for every body before it, not only for the headers."""
+    other = bytearray(body)
+    other[flip % len(body)] ^= 1 << (flip % 8)
+    _, a = encode_entry(MAGIC_NORMAL, 7, 3, 4096, body, prev)
+    _, b = encode_entry(MAGIC_NORMAL, 7, 3, 4096, bytes(other), prev)
+    assert a != b

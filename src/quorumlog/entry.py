@@ -4,7 +4,11 @@ The same bytes are on disk and on the wire: a leader pushes what its store holds
 writes what it receives, after checking both CRCs. All integers are big-endian.
 
 Header (48 bytes): magic i32, size i32, index i64, term i64, pos i64, channel i32,
-chain_crc u32 (CRC32 of bytes 0..35 seeded with the previous entry's chain_crc), body_crc u32, body_size i32.
+chain_crc u32, body_crc u32, body_size i32.
+
+chain_crc is the CRC32 of header bytes 0..35 and then of body_crc (bytes 40..43), seeded with the previous
+entry's chain_crc (0 before index 0). Covering body_crc makes an entry's chain CRC a digest of the whole
+log up to it, bodies included: two replicas with the same chain CRC at an index hold the same entries.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ HEADER = struct.Struct(">iiqqqiIIi")
 HEADER_SIZE = HEADER.size  # 48
 _HEAD36 = struct.Struct(">iiqqqi")  # the bytes the chain CRC covers
 _TAIL12 = struct.Struct(">IIi")  # chain_crc, body_crc, body_size
-CHAIN_SPAN = _HEAD36.size  # 36
+CHAIN_SPAN = _HEAD36.size  # 36: header bytes 0..35 ...
+BODY_CRC_AT = CHAIN_SPAN + 4  # ... then body_crc, bytes 40..43, are what the chain CRC covers
 INDEX_UNIT = struct.Struct(">iqiqq")  # magic, pos, size, index, term
 INDEX_UNIT_SIZE = INDEX_UNIT.size  # 32
 BLANK = struct.Struct(">ii")  # magic -1, length of the blank run (to the segment's end)
@@ -37,6 +42,7 @@ _crc32 = zlib.crc32
 _unpack_header = HEADER.unpack_from
 _pack_head = _HEAD36.pack_into
 _pack_tail = _TAIL12.pack_into
+_pack_chain = struct.Struct(">I").pack_into
 
 assert HEADER_SIZE == 48 and INDEX_UNIT_SIZE == 32
 
@@ -79,8 +85,10 @@ def encode_into(buf: bytearray | memoryview, off: int, magic: int, index: int, t
     n = len(body)
     end = off + HEADER_SIZE + n
     _pack_head(buf, off, magic, HEADER_SIZE + n, index, term, pos, 0)
-    chain = _crc32(memoryview(buf)[off:off + CHAIN_SPAN], prev_chain)
-    _pack_tail(buf, off + CHAIN_SPAN, chain, _crc32(body), n)
+    _pack_tail(buf, off + CHAIN_SPAN, 0, _crc32(body), n)
+    mv = memoryview(buf)
+    chain = _crc32(mv[off + BODY_CRC_AT:off + HEADER_SIZE - 4], _crc32(mv[off:off + CHAIN_SPAN], prev_chain))
+    _pack_chain(buf, off + CHAIN_SPAN, chain)
     buf[off + HEADER_SIZE:end] = body
     return chain
 
@@ -113,13 +121,20 @@ def encode_run(bodies: Sequence[bytes], magic: int, first_index: int, term: int,
         pos = first_pos + off
         add_pos(pos)
         _pack_head(data, off, magic, size, index, term, pos, 0)
-        chain = _crc32(mv[off:off + CHAIN_SPAN], chain)
-        _pack_tail(data, off + CHAIN_SPAN, chain, _crc32(body), n)
+        _pack_tail(data, off + CHAIN_SPAN, 0, _crc32(body), n)
+        chain = _crc32(mv[off + BODY_CRC_AT:off + HEADER_SIZE - 4], _crc32(mv[off:off + CHAIN_SPAN], chain))
+        _pack_chain(data, off + CHAIN_SPAN, chain)
         mv[off + HEADER_SIZE:off + size] = body
         pack_unit(units, (index - first_index) * INDEX_UNIT_SIZE, magic, pos, size, index, term)
         off += size
         index += 1
     return data, units, chain
+
+
+def chain_of(buf: bytes | bytearray | memoryview, off: int, prev_chain: int) -> int:
+    """The chain CRC the entry at buf[off:] should carry, given its predecessor's."""
+    mv = memoryview(buf)
+    return _crc32(mv[off + BODY_CRC_AT:off + HEADER_SIZE - 4], _crc32(mv[off:off + CHAIN_SPAN], prev_chain))
 
 
 def decode_header(buf: bytes | bytearray | memoryview, off: int = 0) -> Header:
@@ -148,7 +163,7 @@ def check_entry(buf: bytes | bytearray | memoryview, off: int, prev_chain: int |
     if avail < size:
         raise CorruptEntryError(f"truncated body: {avail - HEADER_SIZE} of {body_size} bytes")
     mv = memoryview(buf)
-    if prev_chain is not None and _crc32(mv[off:off + CHAIN_SPAN], prev_chain) != chain:
+    if prev_chain is not None and chain_of(mv, off, prev_chain) != chain:
         raise CorruptEntryError("chain CRC mismatch")
     if _crc32(mv[off + HEADER_SIZE:off + size]) != body_crc:
         raise CorruptEntryError("body CRC mismatch")

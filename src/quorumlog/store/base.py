@@ -7,7 +7,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NoReturn, Protocol
 
-from ..entry import BLANK_SIZE, CHAIN_SPAN, HEADER, HEADER_SIZE, MAGIC_NORMAL, VALID_MAGICS, Entry, check_entry
+from ..entry import (
+    BLANK_SIZE,
+    BODY_CRC_AT,
+    CHAIN_SPAN,
+    HEADER,
+    HEADER_SIZE,
+    MAGIC_NORMAL,
+    VALID_MAGICS,
+    Entry,
+    check_entry,
+)
 from ..errors import CorruptEntryError, InvalidArgumentError
 
 
@@ -198,7 +208,9 @@ def verify_run(data: bytes | bytearray | memoryview, first_index: int, write_pos
             _fail_run(data, off, index, chain, max_body, "truncated header")
         magic, size, eindex, term, pos, _c, echain, body_crc, body_size = unpack(data, off)
         if magic not in VALID_MAGICS or not 0 <= body_size <= max_body or size != HEADER_SIZE + body_size \
-                or off + size > n or (chain is not None and crc32(mv[off:off + CHAIN_SPAN], chain) != echain) \
+                or off + size > n or (chain is not None
+                     and crc32(mv[off + BODY_CRC_AT:off + HEADER_SIZE - 4], crc32(mv[off:off + CHAIN_SPAN], chain))
+                     != echain) \
                 or crc32(mv[off + HEADER_SIZE:off + size]) != body_crc:
             _fail_run(data, off, index, chain, max_body, "bad entry")
         if eindex != index:

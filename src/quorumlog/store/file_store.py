@@ -21,6 +21,7 @@ from ..config import StoreConfig
 from ..entry import (
     BLANK,
     BLANK_SIZE,
+    BODY_CRC_AT,
     CHAIN_SPAN,
     HEADER,
     HEADER_SIZE,
@@ -559,7 +560,8 @@ class FileStore:
                 problem = f"bad header (magic {magic}, size {size}, body_size {h[8]})"
             elif h[2] != index or h[4] != pos:
                 problem = f"header says index {h[2]} pos {h[4]}"
-            elif chain is not None and crc32(view[rel:rel + CHAIN_SPAN], chain) != h[6]:
+            elif chain is not None and crc32(view[rel + BODY_CRC_AT:rel + HEADER_SIZE - 4],
+                                             crc32(view[rel:rel + CHAIN_SPAN], chain)) != h[6]:
                 problem = "chain CRC mismatch"
             elif crc32(view[rel + HEADER_SIZE:rel + size]) != h[7]:
                 problem = "body CRC mismatch"
