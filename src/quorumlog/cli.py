@@ -41,9 +41,13 @@ def _check_store(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    if args.store:
+        from .demo import run_demo
 
-    return run_demo(entries=args.entries)
+        return run_demo(entries=args.entries)
+    from .demo import run_spark_demo
+
+    return run_spark_demo(seconds=args.seconds, rate=args.rate)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,8 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("simulate", help="run the deterministic cluster simulator (see: quorumlog simulate --help)",
                    add_help=False)
 
-    p = sub.add_parser("demo", help="write, tear and recover a store, then verify it")
-    p.add_argument("--entries", type=int, default=200_000, help="how many entries to write")
+    p = sub.add_parser("demo", help="a Spark streaming pipeline surviving a leader kill (--store: the store demo)",
+                       description="Start a local 3-node cluster with 2 groups, produce click events, count them "
+                                   "per page with Spark Structured Streaming, and SIGKILL a leader midway "
+                                   "(needs the spark extra). --store runs the store demo instead: write, tear "
+                                   "and recover a store, then verify it.")
+    p.add_argument("--store", action="store_true", help="run the store demo instead")
+    p.add_argument("--seconds", type=float, default=40.0, help="how long the producer runs (Spark demo)")
+    p.add_argument("--rate", type=int, default=2000, help="click events per second (Spark demo)")
+    p.add_argument("--entries", type=int, default=200_000, help="how many entries to write (store demo)")
     p.set_defaults(func=_demo)
 
     from .commands import bench, client_cmds, serve
