@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(needs the spark extra). --store runs the store demo instead: write, tear "
                                    "and recover a store, then verify it.")
     p.add_argument("--store", action="store_true", help="run the store demo instead")
-    p.add_argument("--seconds", type=float, default=40.0, help="how long the producer runs (Spark demo)")
+    p.add_argument("--seconds", type=float, default=30.0,
+                   help="how long the stream runs once flowing; the leader is killed after a third (Spark demo)")
     p.add_argument("--rate", type=int, default=2000, help="click events per second (Spark demo)")
     p.add_argument("--entries", type=int, default=200_000, help="how many entries to write (store demo)")
     p.set_defaults(func=_demo)

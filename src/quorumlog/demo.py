@@ -93,7 +93,7 @@ def _produce(endpoints: str, groups: list[str], rate: int, stop: Any, acked: Any
             c.close()
 
 
-def run_spark_demo(seconds: float = 40.0, rate: int = 2000) -> int:
+def run_spark_demo(seconds: float = 30.0, rate: int = 2000) -> int:
     """A 3-node cluster with 2 groups, a producer process, and a Spark Structured Streaming query
     keeping per-page counts; one group's leader is SIGKILLed midway."""
     import multiprocessing
@@ -162,8 +162,11 @@ def run_spark_demo(seconds: float = 40.0, rate: int = 2000) -> int:
                      .option("checkpointLocation", str(Path(root) / "checkpoint"))
                      .trigger(processingTime="1 second").start())
             t_stream = time.monotonic()
-            kill_at = t_stream + seconds / 2
-            while time.monotonic() < kill_at and query.isActive:
+            while state["batches"] == 0 and query.isActive and time.monotonic() - t_stream < 180:
+                query.awaitTermination(1)
+            t_flowing = time.monotonic()
+            console.print(f"the stream is flowing (first micro-batch after {t_flowing - t_stream:.0f}s)")
+            while time.monotonic() < t_flowing + seconds / 3 and query.isActive:
                 query.awaitTermination(1)
             with Client(cluster.endpoints, "g0", retry_timeout=30.0) as c:
                 leader = c.metadata(with_nodes=False).leader
@@ -187,7 +190,7 @@ def run_spark_demo(seconds: float = 40.0, rate: int = 2000) -> int:
             failover = time.monotonic() - t_kill
             console.print(f"[bold]g0 has a new leader[/bold]: {new_leader} after {failover:.2f}s; "
                           "the producer and the stream go on")
-            end_at = t_stream + seconds
+            end_at = t_flowing + seconds
             while time.monotonic() < end_at and query.isActive:
                 query.awaitTermination(1)
             stop.set()
