@@ -12,17 +12,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-import zlib
-from bisect import bisect_left
-from collections import deque
 from collections.abc import Callable, Sequence
 
 from ..config import StoreConfig
 from ..entry import (
     BLANK,
     BLANK_SIZE,
-    BODY_CRC_AT,
-    CHAIN_SPAN,
     HEADER,
     HEADER_SIZE,
     INDEX_UNIT,
@@ -44,6 +39,7 @@ from ..errors import (
 )
 from .base import Appended, Damage, check_bodies, place, verify_run
 from .checkpoint import Checkpoint, StableState, read_checkpoint, read_stable, write_checkpoint, write_stable
+from .reader import RecentBatches, read_checked
 from .recovery import Scan, WalkError, scan, walk
 from .segments import SegmentList
 from .vfs import OsFiles
@@ -80,7 +76,7 @@ class FileStore:
         self._epoch = 0  # bumped by every truncation, so a concurrent flush knows what it synced
         # The last batches this store encoded as leader, kept so that pushing them to followers needs
         # no read back (and no second CRC check of bytes this process has just computed).
-        self._recent: deque[tuple[int, int, bytearray, list[int]]] = deque(maxlen=16)
+        self._recent = RecentBatches(16)
         self._state_lock = threading.Lock()  # a flush's check-and-set of _flushed vs a truncation
         self._closed = False
         self._disk_full = False
@@ -247,7 +243,7 @@ class FileStore:
         self._write_pos = pos + len(data)
         self._end = first + len(bodies) - 1
         self._end_term = term
-        self._recent.append((first, self._end, data, positions[-len(bodies):]))
+        self._recent.add(first, self._end, data, positions[-len(bodies):])
 
     def _write_units(self, first: int, units: bytes | bytearray | memoryview) -> None:
         off = first * INDEX_UNIT_SIZE
@@ -528,52 +524,11 @@ class FileStore:
             return out
         _m, pos, _s, _i, _t = self._unit(start)
         chain = self._prev_chain(start)
-        index = start
-        used = 0
-        seg = self.data.find(pos)
-        max_body = self._max_body
-        seg_bytes = self._seg
-        unpack = _unpack_header
-        crc32 = zlib.crc32
-        add = out.append
-        end = self._end
-        # The checks of entry.check_entry, inlined: this loop is the read path's per-entry cost.
-        while index <= end and len(out) < max_count and (used < max_bytes or not out):
-            if seg is None:
-                raise CorruptEntryError(f"{self.dir}: entry {index} at pos {pos} is outside the data segments")
-            view = seg.view
-            rel = pos - seg.start
-            if rel + HEADER_SIZE > seg_bytes:
-                magic = int.from_bytes(view[rel:rel + 4], "big", signed=True)
-                h = (magic, 0, 0, 0, 0, 0, 0, 0, 0)
-            else:
-                h = unpack(view, rel)
-                magic = h[0]
-            if magic == MAGIC_BLANK:
-                pos = seg.start + seg_bytes
-                seg = self.data.find(pos)
-                continue
-            size = h[1]
-            problem = None
-            if magic not in VALID_MAGICS or not 0 <= h[8] <= max_body or size != HEADER_SIZE + h[8] \
-                    or rel + size > seg_bytes:
-                problem = f"bad header (magic {magic}, size {size}, body_size {h[8]})"
-            elif h[2] != index or h[4] != pos:
-                problem = f"header says index {h[2]} pos {h[4]}"
-            elif chain is not None and crc32(view[rel + BODY_CRC_AT:rel + HEADER_SIZE - 4],
-                                             crc32(view[rel:rel + CHAIN_SPAN], chain)) != h[6]:
-                problem = "chain CRC mismatch"
-            elif crc32(view[rel + HEADER_SIZE:rel + size]) != h[7]:
-                problem = "body CRC mismatch"
-            if problem is not None:
-                raise CorruptEntryError(f"{self.dir}: entry {index} at pos {pos}: {problem}")
-            if control or magic == MAGIC_NORMAL:
-                add((view, rel, h))
-            chain = h[6]
-            used += h[8] if bodies else size
-            pos += size
-            index += 1
-        return out
+        try:
+            return read_checked(self.data, pos, start, self._end, chain, max_count, max_bytes, control, bodies,
+                                self._max_body)
+        except CorruptEntryError as e:
+            raise CorruptEntryError(f"{self.dir}: {e}") from None
 
     def read(self, start: int, max_count: int, max_bytes: int, include_control: bool = True) -> list[Entry]:
         return [Entry(h[2], h[3], h[4], bytes(view[rel + HEADER_SIZE:rel + h[1]]), h[0])
@@ -585,7 +540,7 @@ class FileStore:
         index = start
         # Recently encoded batches first; the disk (with every entry checked) for the rest.
         while count < max_count and (used < max_bytes or not count) and index <= self._end:
-            hit = self._recent_slice(index, max_count - count, max_bytes - used)
+            hit = self._recent.slice(index, max_count - count, max_bytes - used)
             if hit is None:
                 break
             parts.append(hit[0])
@@ -599,13 +554,6 @@ class FileStore:
         if len(parts) == 1:
             return parts[0], count
         return b"".join(parts), count
-
-    def _recent_slice(self, index: int, max_count: int, max_bytes: int) -> tuple[bytes, int] | None:
-        for first, last, data, positions in reversed(self._recent):
-            if first <= index <= last:
-                i = index - first
-                return _slice_recent(i, min(last - first + 1, i + max_count), max_bytes, data, positions)
-        return None
 
     def _read_raw_disk(self, start: int, max_count: int, max_bytes: int) -> tuple[bytes, int]:
         items = self._iter_raw(start, max_count, max_bytes)
@@ -635,11 +583,3 @@ class FileStore:
             except StoreError:
                 return
 
-
-def _slice_recent(i: int, j: int, max_bytes: int, data: bytearray, positions: list[int]) -> tuple[bytes, int]:
-    """Entries i..j-1 of a recently encoded run, cut as read_raw cuts (whole entries while the bytes
-    before them stay under max_bytes, at least one)."""
-    base = positions[0]
-    k = max(i + 1, bisect_left(positions, positions[i] + max_bytes, i, j))
-    end = positions[k] - base if k < len(positions) else len(data)
-    return bytes(data[positions[i] - base:end]), k - i

@@ -1,0 +1,131 @@
+"""Client: the synchronous client, for scripts and Spark workers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from concurrent.futures import Future as ConcurrentFuture
+from typing import Any, TypeVar
+
+from ..entry import Entry
+from ..errors import QuorumLogError, ResponseCode
+from ..net.loop import loop_factory
+from .aio import AppendResult, AsyncClient, Metadata
+
+T = TypeVar("T")
+
+
+class Client:
+    """The synchronous client: the same operations as AsyncClient, run on a private event loop in a
+    background thread (so it also works inside programs that already run an asyncio loop)."""
+
+    def __init__(self, endpoints: str | Sequence[str], group: str = "g0", **kwargs: Any) -> None:
+        self._loop = _new_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="quorumlog-client", daemon=True)
+        self._thread.start()
+        self._closed = False
+
+        async def make() -> AsyncClient:
+            return AsyncClient(endpoints, group, **kwargs)
+
+        self._ac = self._run(make())
+
+    @property
+    def aio(self) -> AsyncClient:
+        return self._ac
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> ConcurrentFuture[T]:
+        if self._closed:
+            coro.close()
+            raise QuorumLogError("client is closed", ResponseCode.NETWORK_ERROR)
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._submit(coro).result()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        with contextlib.suppress(Exception):
+            self._run(self._ac.close())
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        if not self._loop.is_running():
+            self._loop.close()
+
+    def append(self, body: bytes) -> AppendResult:
+        return self._run(self._ac.append(body))
+
+    def append_many(self, bodies: Sequence[bytes]) -> list[AppendResult]:
+        return self._run(self._ac.append_many(bodies))
+
+    def append_async(self, body: bytes) -> ConcurrentFuture[AppendResult]:
+        """Start an append and return at once (pipelining from synchronous code)."""
+        return self._submit(self._ac.append(body))
+
+    def append_batch_raw_async(self, bodies: Sequence[bytes]) -> ConcurrentFuture[tuple[int, int]]:
+        """Start an append_batch_raw and return at once: (first index, count) when it completes."""
+        return self._submit(self._ac.append_batch_raw(bodies))
+
+    def get(self, index: int) -> Entry:
+        return self._run(self._ac.get(index))
+
+    def read_raw_async(self, start: int, max_entries: int = 10000, max_bytes: int = 4 << 20, *,
+                       node: str | None = None) -> ConcurrentFuture[tuple[bytes, int, int]]:
+        """Start one AsyncClient.read_raw and return at once (so a reader can keep a READ in flight)."""
+        return self._submit(self._ac.read_raw(start, max_entries, max_bytes, node=node))
+
+    def read(self, start: int, count: int, *, include_control: bool = False) -> Iterator[Entry]:
+        """Committed entries start..start+count-1, fetched a batch at a time."""
+        return self._iterate(self._ac.read(start, count, include_control=include_control))
+
+    def tail(self, start: int, *, include_control: bool = False) -> Iterator[Entry]:
+        """Committed entries from `start` on, as they commit (blocks waiting for the next one)."""
+        return self._iterate(self._ac.tail(start, include_control=include_control))
+
+    def _iterate(self, agen: AsyncIterator[Entry]) -> Iterator[Entry]:
+        try:
+            while True:
+                try:
+                    yield self._run(_anext(agen))
+                except StopAsyncIteration:
+                    return
+        finally:
+            if not self._closed:
+                with contextlib.suppress(Exception):
+                    self._run(_aclose(agen))
+
+    def metadata(self, *, with_nodes: bool = True) -> Metadata:
+        return self._run(self._ac.metadata(with_nodes=with_nodes))
+
+    def node_status(self, addr: str, *, all_groups: bool = False) -> dict[str, Any]:
+        return self._run(self._ac.node_status(addr, all_groups=all_groups))
+
+    def transfer_leader(self, target: str) -> str | None:
+        return self._run(self._ac.transfer_leader(target))
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when installed, else asyncio's loop (the wire layer runs on both)."""
+    return loop_factory()()
+
+
+async def _anext(agen: AsyncIterator[T]) -> T:
+    return await agen.__anext__()
+
+
+async def _aclose(agen: AsyncIterator[Any]) -> None:
+    close: Callable[[], Awaitable[None]] | None = getattr(agen, "aclose", None)
+    if close is not None:
+        await close()
+
+
