@@ -196,8 +196,10 @@ def test_raft_preferred_leader_is_handed_leadership() -> None:
     assert s.leader() == "n2"  # and it stays there
 
 
-def test_raft_damaged_node_neither_votes_nor_campaigns_until_refetched() -> None:
-    s = Script(["n0", "n1", "n2"], seed=9)
+def _n2_loses_committed_entries(seed: int) -> tuple[Script, MemoryStore, int]:
+    """A 3-node group with 8 committed entries; n2 crashes and its recovery finds its last 3 committed
+    entries corrupt and cuts them. Returns the script, n2's store and its committed index before."""
+    s = Script(["n0", "n1", "n2"], seed=seed)
     s.elect("n0")
     s.propose("n0", [b"%d" % i for i in range(8)])
     s.settle()
@@ -207,7 +209,12 @@ def test_raft_damaged_node_neither_votes_nor_campaigns_until_refetched() -> None
     store.checkpoint()
     committed = store.committed_index
     store.crash()
-    store.lose_from(committed - 3)  # recovery found committed entries corrupt and cut them
+    store.lose_from(committed - 3)
+    return s, store, committed
+
+
+def test_raft_damaged_node_neither_votes_nor_campaigns_until_refetched() -> None:
+    s, store, committed = _n2_loses_committed_entries(seed=9)
     assert store.damage is not None
     node = s.restart("n2")
     assert node.recovering
@@ -274,17 +281,7 @@ def test_raft_restart_keeps_term_vote_and_log() -> None:
 
 
 def test_raft_recovery_survives_a_restart_midway() -> None:
-    s = Script(["n0", "n1", "n2"], seed=12)
-    s.elect("n0")
-    s.propose("n0", [b"%d" % i for i in range(8)])
-    s.settle()
-    s.run(100)
-    store = s.stores["n2"]
-    assert isinstance(store, MemoryStore)
-    store.checkpoint()
-    committed = store.committed_index
-    store.crash()
-    store.lose_from(committed - 3)
+    s, store, committed = _n2_loses_committed_entries(seed=12)
     s.restart("n2")
     # The lost range comes back (the store's Damage report clears), then the node crashes again
     # before it has committed up to its leader's end.
