@@ -43,6 +43,7 @@ class CountingStore:
         self.begin_index = 0
         self.write_pos = 0
         self.damage: Damage | None = None
+        self.recovering = False
         self._vote: tuple[int, str | None] = (0, None)
 
     @property
@@ -105,6 +106,9 @@ class CountingStore:
 
     def save_vote(self, term: int, voted_for: str | None) -> None:
         self._vote = (term, voted_for)
+
+    def set_recovering(self, recovering: bool) -> None:
+        self.recovering = recovering
 
 
 class Bench:

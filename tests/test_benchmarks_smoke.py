@@ -1,0 +1,22 @@
+"""The benchmark scripts still run against the current code (tiny sizes; no figure is asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.mark.parametrize("args", [
+    ["core_bench.py", "--entries", "2000"],
+    ["core_bench.py", "--entries", "2000", "--core-only"],
+])
+def test_benchmark_script_runs(args: list[str]) -> None:
+    done = subprocess.run([sys.executable, str(BENCH / args[0]), *args[1:]], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "entries/s" in done.stdout
