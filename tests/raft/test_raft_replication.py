@@ -11,6 +11,7 @@ import pytest
 from quorumlog.errors import ResponseCode
 from quorumlog.raft.messages import Message, PushKind, PushRequest, PushResponse
 from quorumlog.sim.script import SCRIPT_RAFT, Script, store_with_terms
+from quorumlog.store.memory import MemoryStore
 
 FIG7_LEADER = [1, 1, 1, 4, 4, 5, 5, 6, 6, 6]
 
@@ -272,3 +273,19 @@ def test_raft_single_node_group_commits_after_its_own_flush() -> None:
     s.flush("solo")
     result = s.result("solo", rid)
     assert result is not None and result.code == ResponseCode.SUCCESS and result.first_index == 1
+
+
+def test_raft_idle_leader_repairs_a_follower_that_lost_its_log() -> None:
+    """A follower's data directory is wiped while no client writes: its heartbeat answers show an end
+    below its watermark, and the leader re-sends everything without waiting for the next append."""
+    s = _three()
+    s.propose("n0", [b"%d" % i for i in range(20)])
+    s.settle()
+    end = s.stores["n0"].end_index
+    assert s.nodes["n0"].peer_match("n1") == end
+    s.stores["n1"] = MemoryStore()  # wiped
+    s.restart("n1")
+    s.run(5 * SCRIPT_RAFT.heartbeat_interval_ms)
+    assert s.nodes["n0"].stats["follower_lost_entries"] >= 1
+    assert s.stores["n1"].end_index == end and s.terms("n1") == s.terms("n0")
+    assert s.nodes["n0"].peer_match("n1") == end

@@ -76,11 +76,15 @@ class HeartbeatRequest:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatResponse:
+    """`end_index` is the follower's ledger end, so an idle leader notices a follower that lost entries it
+    acknowledged (a wiped data directory) and repairs it without waiting for the next append."""
+
     group: str
     sender: str
     target: str
     term: int
     code: int
+    end_index: int = -1
 
 
 @dataclass(frozen=True, slots=True)

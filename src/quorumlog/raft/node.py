@@ -247,6 +247,8 @@ class RaftNode:
                 leader.on_response(msg, now, out)  # type: ignore[arg-type]
                 if self.elector.transferring:
                     self.elector.transfer_progress(out)
+            elif msg.code == SUCCESS:  # type: ignore[union-attr]
+                leader.on_heartbeat_response(msg.sender, msg.end_index, now, out)  # type: ignore[union-attr]
         elif cls is VoteRequest:
             self.elector.on_vote_request(msg, now, out)  # type: ignore[arg-type]
         elif cls is VoteResponse:
@@ -273,7 +275,8 @@ class RaftNode:
             if self.recover_floor is not None and self.recover_leader_end is None:
                 self.recover_leader_end = msg.last_index
             handler.apply_commit(msg.commit_index)
-            out.messages.append(HeartbeatResponse(m.group, m.node_id, msg.sender, m.term, SUCCESS))
+            out.messages.append(HeartbeatResponse(m.group, m.node_id, msg.sender, m.term, SUCCESS,
+                                                  self.store.end_index))
         else:  # TimeoutNow: our leader hands over; campaign at once, past the voters' leader lease
             if self.can_lead():
                 self.stats["timeout_now_campaigns"] += 1

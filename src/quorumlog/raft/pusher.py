@@ -227,6 +227,19 @@ class Leader:
                                             0, commit))
             d.commit_sent = commit
 
+    def on_heartbeat_response(self, peer: str, end_index: int, now: int, out: Ready) -> None:
+        """An idle follower whose log ends below its watermark lost entries it had acknowledged (a wiped
+        data directory): stop counting them and find the match point again. A heartbeat answer that was
+        merely overtaken by later acks looks the same; it costs one compare round, never safety (the
+        commit index never goes back)."""
+        d = self.dispatchers.get(peer)
+        if d is None or d.state != APPEND_STATE or d.inflight or end_index >= d.match:
+            return
+        self.stats["follower_lost_entries"] += 1
+        d.match = end_index
+        d.to_compare(min(end_index, self.store.end_index))
+        self.dispatch(d, now, out)
+
     def on_response(self, resp: PushResponse, now: int, out: Ready) -> None:
         d = self.dispatchers.get(resp.sender)
         if d is None:
