@@ -54,6 +54,17 @@ def test_sim_a_seed_replays_exactly() -> None:
     assert a.ok and b.ok and a.stats == b.stats
 
 
+# Seeds that once failed, replayed in full. 6073: a repair found through a heartbeat answer raised the
+# watermark by a compare with no append to follow, and older-term entries stayed uncommitted.
+REGRESSIONS = [(6073, SimConfig(steps=2000))]
+
+
+@pytest.mark.parametrize(("seed", "cfg"), REGRESSIONS)
+def test_sim_regression_seeds(seed: int, cfg: SimConfig) -> None:
+    r = run_seed(seed, cfg)
+    assert r.ok, f"seed {seed} failed at step {r.step}: {r.error}\n{r.trace}"
+
+
 @pytest.mark.slow
 def test_sim_long_runs() -> None:
     _run_range(range(40_000, 40_030), replace(SHORT, steps=3000))

@@ -273,6 +273,8 @@ class Leader:
                 return
             d.control_sent_ms = None
             self._on_compare(d, resp, now)
+            # A compare may raise the watermark (after a repair, with no append to follow): commit now.
+            self.advance_commit(out)
             self.dispatch(d, now, out)
         elif kind == _TRUNCATE:
             if d.state != TRUNCATE or resp.index != d.truncate_index:
