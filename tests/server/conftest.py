@@ -25,25 +25,39 @@ SMALL_STORE = {"data_segment_bytes": 1 << 20, "index_segment_bytes": 32 * 8192, 
 FAST_RAFT = {"heartbeat_interval_ms": 50, "max_heartbeat_leak": 6, "election_backoff_ms": 150}
 
 
-@pytest.fixture
-def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
-    made: list[LocalCluster] = []
+class ClusterPool:
+    """Local clusters under one directory, with the test settings; close() stops every one by pid."""
 
-    def make(nodes: int = 3, groups: int = 1, start: bool = True, **kwargs: Any) -> LocalCluster:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.made: list[LocalCluster] = []
+
+    def make(self, nodes: int = 3, groups: int = 1, start: bool = True, **kwargs: Any) -> LocalCluster:
         kwargs.setdefault("raft", FAST_RAFT)
         kwargs.setdefault("store", SMALL_STORE)
-        kwargs.setdefault("log_level", "INFO")
-        c = LocalCluster(tmp_path / f"c{len(made)}", nodes, groups, **kwargs)
-        made.append(c)
+        c = LocalCluster(self.root / f"c{len(self.made)}", nodes, groups, **kwargs)
+        self.made.append(c)
         if start:
             c.start()
         return c
 
+    def close(self) -> None:
+        for c in self.made:
+            c.stop(timeout=10)
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
+    pool = ClusterPool(tmp_path)
+
+    def make(nodes: int = 3, groups: int = 1, start: bool = True, **kwargs: Any) -> LocalCluster:
+        kwargs.setdefault("log_level", "INFO")
+        return pool.make(nodes, groups, start, **kwargs)
+
     try:
         yield make
     finally:
-        for c in made:
-            c.stop(timeout=10)
+        pool.close()
 
 
 def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.02) -> T:

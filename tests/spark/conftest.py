@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from quorumlog.client import Client
 from quorumlog.server.cluster import LocalCluster
 from quorumlog.spark import register
-from server.conftest import FAST_RAFT, SMALL_STORE, wait_until
+from server.conftest import ClusterPool, wait_until
 
 __all__ = ["append_bodies", "leader_of", "wait_until"]
 
@@ -61,42 +61,29 @@ def append_bodies(cluster: LocalCluster, group: str, bodies: list[bytes], batch:
     return out
 
 
-def _start(root: Path, groups: int, **kwargs: Any) -> LocalCluster:
-    kwargs.setdefault("raft", FAST_RAFT)
-    kwargs.setdefault("store", SMALL_STORE)
-    c = LocalCluster(root, 3, groups, **kwargs)
-    c.start()
-    try:
-        for g in c.group_names:
-            leader_of(c, g)
-    except BaseException:
-        c.stop(timeout=10)
-        raise
+def _start(pool: ClusterPool, groups: int, **kwargs: Any) -> LocalCluster:
+    """A 3-node cluster whose groups all have a leader (the pool stops it, whatever happens)."""
+    c = pool.make(3, groups, **kwargs)
+    for g in c.group_names:
+        leader_of(c, g)
     return c
 
 
 @pytest.fixture(scope="session")
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A 3-node cluster with groups g0 and g1, shared by tests that only append and read."""
-    c = _start(tmp_path_factory.mktemp("shared"), 2)
+    pool = ClusterPool(tmp_path_factory.mktemp("shared"))
     try:
-        yield c
+        yield _start(pool, 2)
     finally:
-        c.stop(timeout=10)
+        pool.close()
 
 
 @pytest.fixture
 def new_cluster(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
     """Clusters of one's own (for tests that kill nodes or expire entries); stopped after the test."""
-    made: list[LocalCluster] = []
-
-    def make(groups: int = 1, **kwargs: Any) -> LocalCluster:
-        c = _start(tmp_path / f"c{len(made)}", groups, **kwargs)
-        made.append(c)
-        return c
-
+    pool = ClusterPool(tmp_path)
     try:
-        yield make
+        yield lambda groups=1, **kwargs: _start(pool, groups, **kwargs)
     finally:
-        for c in made:
-            c.stop(timeout=10)
+        pool.close()

@@ -7,11 +7,14 @@ options are ignored (Spark passes its own, such as checkpointLocation, to sinks)
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ..client import parse_endpoints
 from ..errors import QuorumLogError
+
+N = TypeVar("N", int, float)
 
 
 class OptionError(ValueError):
@@ -84,27 +87,13 @@ class _Options:
 
     def integer(self, name: str, minimum: int = 1) -> int | None:
         v = self.text(name)
-        if v is None:
-            return None
-        try:
-            n = int(v)
-        except ValueError:
-            raise OptionError(name, f"expected an integer >= {minimum}, got {v!r}") from None
-        if n < minimum:
-            raise OptionError(name, f"expected an integer >= {minimum}, got {v!r}")
-        return n
+        return None if v is None else _number(name, v, int, lambda n: n >= minimum,
+                                              f"an integer >= {minimum}")
 
     def seconds(self, name: str, default: float) -> float:
         v = self.text(name)
-        if v is None:
-            return default
-        try:
-            x = float(v)
-        except ValueError:
-            raise OptionError(name, f"expected a positive number of seconds, got {v!r}") from None
-        if not x > 0:
-            raise OptionError(name, f"expected a positive number of seconds, got {v!r}")
-        return x
+        return default if v is None else _number(name, v, float, lambda x: x > 0,
+                                                  "a positive number of seconds")
 
     def flag(self, name: str, default: bool) -> bool:
         v = self.text(name)
@@ -198,3 +187,14 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
         request_timeout=o.seconds("requestTimeout", 10.0),
         retry_timeout=o.seconds("retryTimeout", 30.0),
     )
+
+
+def _number(name: str, text: str, convert: Callable[[str], N], ok: Callable[[N], bool], expected: str) -> N:
+    """`text` converted, or an OptionError naming the option and what it expects."""
+    try:
+        value = convert(text)
+    except ValueError:
+        value = None
+    if value is None or not ok(value):
+        raise OptionError(name, f"expected {expected}, got {text!r}")
+    return value
