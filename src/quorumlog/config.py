@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ GiB = 1024 * MiB
 
 MAX_BODY_BYTES = 4 * MiB
 INDEX_UNIT_BYTES = 32
+_NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,10 @@ class GroupConfig:
             raise ConfigError(f"invalid group name {self.name!r}")
         if not self.peers:
             raise ConfigError(f"group {self.name!r} has no peers")
+        for pid in self.peers:
+            if not _NODE_ID.fullmatch(pid):
+                raise ConfigError(f"invalid node id {pid!r} in group {self.name!r}: use letters, digits, '.', '_' "
+                                  "and '-'")
 
 
 @dataclass(frozen=True, slots=True)

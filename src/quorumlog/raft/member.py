@@ -2,8 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
+
 from ..store.base import LogStore
 from .messages import Role
+
+# The vote recorded for a term in which this node must not vote (after a wiped store rejoins, or once it
+# leaves recovery): no member id can be "*", so the term counts as voted.
+ABSTAINED = "*"
+
+
+def members_digest(group: str, members: Iterable[str]) -> str:
+    """A short digest naming a group and its member ids; equal on every correctly configured node.
+
+    Stores record it as their group identity, and peers compare it at HELLO, so two nodes configured
+    with different member lists (and so different majorities) never talk Raft to each other."""
+    text = "\n".join([group, *sorted(set(members))])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class MemberState:
