@@ -32,6 +32,7 @@ class Op(IntEnum):
     HEART_BEAT = 31
     PULL = 32
     PUSH = 33
+    PROBE = 34  # a node with a pristine store asks whether the group already has a log
     # Primary/backup (HA) frames, between a primary and its backups.
     HA_REPORT = 40  # backup -> primary: its max offset
     HA_TRANSFER = 41  # primary -> backup: offset, size and raw log bytes (or a header-only heartbeat)

@@ -26,7 +26,7 @@ from ..entry import HEADER_SIZE
 from ..errors import CorruptEntryError, DiskFullError, IndexOutOfRangeError, ResponseCode, StoreError
 from ..store.base import LogStore
 from .member import MemberState
-from .messages import NO_ACK, PushKind, PushRequest, PushResponse
+from .messages import NO_ACK, RESET_DATA, PushKind, PushRequest, PushResponse
 from .quorum import first_index_of_term
 from .ready import Ready
 
@@ -80,7 +80,7 @@ class EntryHandler:
             else:
                 self.appends[req.index] = req
             return
-        if kind not in (PushKind.COMMIT, PushKind.COMPARE, PushKind.TRUNCATE):
+        if kind not in (PushKind.COMMIT, PushKind.COMPARE, PushKind.TRUNCATE, PushKind.RESET):
             self._respond(req, int(ResponseCode.UNEXPECTED_ARGUMENT), out)
             return
         if len(self.control) >= self.control_limit:
@@ -101,6 +101,8 @@ class EntryHandler:
                 self._compare(req, out)
             elif req.kind == PushKind.TRUNCATE:
                 self._truncate(req, out)
+            elif req.kind == PushKind.RESET:
+                self._reset(req, out)
             else:
                 self.apply_commit(req.commit_index)
                 self._respond(req, SUCCESS, out)
@@ -122,11 +124,11 @@ class EntryHandler:
             self._append(req, req.data, out)
 
     def _local_term(self, index: int) -> int | None:
-        """Our term at `index` (0 before the first entry), None when outside what we hold."""
+        """Our term at `index` (0 before the first entry), None when outside what we hold. The store
+        names the term of the entry just before its first one (begin_index - 1), so a log that expired
+        entries or was reset still matches the leader there."""
         store = self.store
-        if index == -1:
-            return 0
-        if index < store.begin_index or index > store.end_index:
+        if index < store.begin_index - 1 or index > store.end_index:
             return None
         return store.term_at(index)
 
@@ -272,6 +274,33 @@ class EntryHandler:
         self.matched_upto = ti
         self.apply_commit(req.commit_index)
         self._ack(req, ti, ti, out)
+
+    def _reset(self, req: PushRequest, out: Ready) -> None:
+        """The leader cannot name the entries we need: start our log at its begin (no snapshots)."""
+        store = self.store
+        begin = req.index
+        if self._local_term(begin - 1) == req.prev_term:
+            # We already hold the leader's entry before its begin (a duplicated or late RESET): keep the
+            # log; the leader compares from our end next.
+            self.apply_commit(req.commit_index)
+            self._ack(req, begin - 1, store.end_index, out)
+            return
+        if store.committed_index >= begin or len(req.data) != RESET_DATA.size or begin < 0:
+            self.stats["reset_refused"] += 1
+            self._respond(req, INCONSISTENT_STATE, out)
+            return
+        pos, chain = RESET_DATA.unpack(req.data)
+        try:
+            store.reset(begin, pos, chain, req.prev_term)
+        except (StoreError, IndexOutOfRangeError):
+            self._respond(req, INCONSISTENT_STATE, out)
+            return
+        self.stats["log_resets"] += 1
+        self.held.clear()
+        self.appends.clear()
+        self.matched_upto = begin - 1
+        self.apply_commit(req.commit_index)
+        self._ack(req, begin - 1, begin - 1, out)
 
     def apply_commit(self, leader_commit: int) -> None:
         if leader_commit > self.leader_commit:

@@ -57,7 +57,7 @@ class MemberState:
             raise ValueError(f"term {term} below current {self.term}")
         if term == self.term and voted_for == self.voted_for:
             return
-        if self.recovering and voted_for is not None and voted_for != self.voted_for:
+        if self.recovering and voted_for not in (None, ABSTAINED, self.voted_for):
             raise ValueError("a recovering node casts no vote")
         self._store.save_vote(term, voted_for)
         self.term = term

@@ -8,6 +8,7 @@ misrouted frame) can be checked before anything else happens.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -27,8 +28,9 @@ class PushKind:
     COMMIT = 1
     COMPARE = 2
     TRUNCATE = 3
+    RESET = 4  # quorumlog's own: the follower's log restarts at the leader's begin (no snapshots)
 
-    NAMES = ("APPEND", "COMMIT", "COMPARE", "TRUNCATE")
+    NAMES = ("APPEND", "COMMIT", "COMPARE", "TRUNCATE", "RESET")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,9 @@ class PushRequest:
     - COMPARE: does the follower hold `index` with term `prev_term`?
     - TRUNCATE: drop everything after `index` (whose term is `prev_term`).
     - COMMIT: the leader's commit index, for an idle follower.
+    - RESET: the follower needs entries below the leader's first one: drop everything and start the log
+      at `index` (the leader's begin index), `prev_term` being the term of entry index - 1 and `data`
+      the begin position (i64) and the chain CRC before it (u32), packed as RESET_DATA.
     `commit_index` is always the leader's commit; the follower applies only the part it knows matches.
     """
 
@@ -137,6 +142,31 @@ class PushResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class ProbeRequest:
+    """Sent by a node whose store is pristine (new, or wiped) before it may vote: has this group ever
+    had a log? `nonce` is drawn once per process start, so only answers given after it count."""
+
+    group: str
+    sender: str
+    target: str
+    term: int
+    nonce: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResponse:
+    """A member's term and log extent, echoing the probe's nonce."""
+
+    group: str
+    sender: str
+    target: str
+    term: int
+    nonce: int
+    end_index: int
+    begin_index: int
+
+
+@dataclass(frozen=True, slots=True)
 class TimeoutNow:
     """Leadership transfer: the leader tells a caught-up target to campaign at once (DLedger's
     LeadershipTransferRequest as forwarded to the transferee)."""
@@ -147,7 +177,10 @@ class TimeoutNow:
     term: int
 
 
-Message = VoteRequest | VoteResponse | HeartbeatRequest | HeartbeatResponse | PushRequest | PushResponse | TimeoutNow
+Message = (VoteRequest | VoteResponse | HeartbeatRequest | HeartbeatResponse | PushRequest | PushResponse | TimeoutNow
+           | ProbeRequest | ProbeResponse)
+
+RESET_DATA = struct.Struct(">qI")  # PushRequest RESET: begin position, chain CRC before the begin index
 
 NO_ACK = -2  # PushResponse.acked when nothing is acknowledged (-1 is a real value: the empty prefix)
 
@@ -157,11 +190,11 @@ def describe(m: Message) -> str:
     name = type(m).__name__
     head = f"{name} {m.sender}->{m.target} t{m.term}"
     if isinstance(m, PushRequest):
-        kind = PushKind.NAMES[m.kind] if 0 <= m.kind < 4 else str(m.kind)
+        kind = PushKind.NAMES[m.kind] if 0 <= m.kind < 5 else str(m.kind)
         extra = f" n={m.count} last_t{m.last_term}" if m.kind == PushKind.APPEND else ""
         return f"{head} {kind} i={m.index} prev_t{m.prev_term} commit={m.commit_index}{extra}"
     if isinstance(m, PushResponse):
-        kind = PushKind.NAMES[m.kind] if 0 <= m.kind < 4 else str(m.kind)
+        kind = PushKind.NAMES[m.kind] if 0 <= m.kind < 5 else str(m.kind)
         conflict = f" conflict=({m.conflict_index},t{m.conflict_term})" if m.conflict_index >= 0 else ""
         return f"{head} {kind} code={m.code} i={m.index} acked={m.acked} end={m.end_index}{conflict}"
     if isinstance(m, VoteRequest):
@@ -173,5 +206,7 @@ def describe(m: Message) -> str:
     if isinstance(m, HeartbeatRequest):
         return f"{head} commit={m.commit_index} last={m.last_index}"
     if isinstance(m, HeartbeatResponse):
-        return f"{head} code={m.code}"
+        return f"{head} code={m.code} end={m.end_index}"
+    if isinstance(m, ProbeResponse):
+        return f"{head} nonce={m.nonce} log=[{m.begin_index}, {m.end_index}]"
     return head

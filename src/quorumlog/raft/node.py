@@ -14,15 +14,25 @@ from collections.abc import Iterable, Sequence
 
 from ..config import RaftConfig
 from ..entry import MAGIC_NOOP
-from ..errors import CorruptEntryError, DiskFullError, IndexOutOfRangeError, InvalidArgumentError, ResponseCode
+from ..errors import (
+    ConfigError,
+    CorruptEntryError,
+    DiskFullError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    ResponseCode,
+)
 from ..store.base import LogStore
 from .elector import Elector
 from .handler import EntryHandler
-from .member import MemberState
+from .joining import BOOTSTRAP, JOIN, Joiner
+from .member import ABSTAINED, MemberState, members_digest
 from .messages import (
     HeartbeatRequest,
     HeartbeatResponse,
     Message,
+    ProbeRequest,
+    ProbeResponse,
     PushRequest,
     PushResponse,
     Role,
@@ -35,7 +45,7 @@ from .ready import APPEND, Completion, Ready, RoleChange
 
 SUCCESS = int(ResponseCode.SUCCESS)
 _REQUESTS = (VoteRequest, HeartbeatRequest, PushRequest, TimeoutNow)
-_INPUT_ERRORS = (IndexOutOfRangeError, CorruptEntryError, InvalidArgumentError)
+_INPUT_ERRORS = (IndexOutOfRangeError, InvalidArgumentError)
 
 
 class RaftNode:
@@ -50,6 +60,19 @@ class RaftNode:
         self.rng = rng
         self.stats: Counter[str] = Counter()
         self.member = MemberState(node_id, group, peers, store)
+        self.identity = members_digest(group, self.member.members)
+        recorded = store.identity
+        if recorded:
+            if recorded != self.identity:
+                raise ConfigError(f"the store of group {group} was made for another member list (identity "
+                                  f"{recorded}, configured members {self.member.members} give {self.identity}): "
+                                  "every node must list the same members")
+        elif recorded is not None:
+            store.set_identity(self.identity)  # a store written before identities existed
+        # A pristine store (new, or wiped) probes the other members before it may vote (joining.py).
+        self.joiner: Joiner | None = None
+        if recorded is None:
+            self.joiner = Joiner.create(self.member, rng, config.heartbeat_interval_ms)
         self.elector = Elector(self, self.member, store, config, rng)
         self.handler = EntryHandler(self.member, store, config, self.stats)
         self.leader: Leader | None = None
@@ -94,11 +117,29 @@ class RaftNode:
     def recovering(self) -> bool:
         return self.recover_floor is not None
 
+    @property
+    def joining(self) -> bool:
+        return self.joiner is not None
+
     def can_vote(self) -> bool:
-        return self.recover_floor is None
+        return self.recover_floor is None and self.joiner is None
 
     def can_lead(self) -> bool:
-        return self.recover_floor is None
+        return self.recover_floor is None and self.joiner is None
+
+    def expiry_safe_index(self, now_ms: int, member_timeout_ms: int) -> int:
+        """The highest index this node may expire up to: its commit index, and on a leader no more than
+        what every member holds, except members unheard of for `member_timeout_ms` (they are reset when
+        they return, so a long-dead member does not fill the disk)."""
+        safe = self.store.committed_index
+        leader = self.leader
+        if leader is None or self.member.role != Role.LEADER:
+            return safe
+        seen = self.elector.peer_seen
+        for peer in self.member.others:
+            if now_ms - seen.get(peer, now_ms) < member_timeout_ms:
+                safe = min(safe, leader.peer_match(peer))
+        return safe
 
     def peer_match(self, peer: str) -> int:
         return self.leader.peer_match(peer) if self.leader is not None else -1
@@ -108,18 +149,27 @@ class RaftNode:
         s = self.store
         return {"node": self.node_id, "group": self.group, "role": self.role.name, "term": self.term,
                 "leader": self.leader_id, "begin": s.begin_index, "end": s.end_index,
-                "committed": s.committed_index, "durable": s.durable_index, "recovering": self.recovering}
+                "committed": s.committed_index, "durable": s.durable_index, "recovering": self.recovering,
+                "joining": self.joining}
 
     # -- inputs --------------------------------------------------------------------------------
     def tick(self, now_ms: int) -> Ready:
         out, before = self._begin()
-        self.elector.tick(now_ms, out)
-        leader = self.leader
-        if leader is not None and self.member.role == Role.LEADER:
-            leader.expire_pending(now_ms, out)
-            leader.dispatch_all(now_ms, out)
-        elif self.member.role == Role.FOLLOWER:
-            self.handler.drain(now_ms, out)
+        if self.joiner is not None:
+            out.messages.extend(self.joiner.probes(now_ms))
+        try:
+            self.elector.tick(now_ms, out)
+            leader = self.leader
+            if leader is not None and self.member.role == Role.LEADER:
+                leader.expire_pending(now_ms, out)
+                leader.dispatch_all(now_ms, out)
+            elif self.member.role == Role.FOLLOWER:
+                self.handler.drain(now_ms, out)
+        except CorruptEntryError as e:
+            self._on_corruption(e, now_ms, out)
+        except IndexOutOfRangeError:
+            # Never fatal: a read below the log's begin is a bug the simulator must see, not a crash.
+            self.stats["bug_tick_index_out_of_range"] += 1
         return self._finish(out, before)
 
     def step(self, message: Message, now_ms: int) -> Ready:
@@ -135,8 +185,13 @@ class RaftNode:
             except _INPUT_ERRORS as e:
                 # Garbage from the network must not take the node down; count it and carry on.
                 self.stats[f"rejected_{type(e).__name__}"] += 1
+            except CorruptEntryError as e:
+                self._on_corruption(e, now_ms, out)
         if self.member.role == Role.FOLLOWER:
-            self.handler.drain(now_ms, out)
+            try:
+                self.handler.drain(now_ms, out)
+            except CorruptEntryError as e:
+                self._on_corruption(e, now_ms, out)
         return self._finish(out, before)
 
     def propose(self, bodies: Sequence[bytes], now_ms: int, request_id: int | None = None,
@@ -212,9 +267,52 @@ class RaftNode:
         if floor is None or lc is None:
             return
         if self.store.committed_index >= max(floor, lc) and self.store.damage is None:
+            m = self.member
+            # A vote this node cast in the current term before it lost its state is unknown: count it cast.
+            if m.voted_for is None:
+                m.set_term(m.term, ABSTAINED)
             self.recover_floor = None
-            self.member.set_recovering(False)
+            m.set_recovering(False)
             self.stats["recovered_from_damage"] += 1
+
+    def _enter_recovery(self, floor: int) -> None:
+        """Stop voting and leading until this node has committed up to `floor` and up to the end of the
+        next leader it hears from (that leader holds every committed entry)."""
+        self.member.set_recovering(True)
+        self.recover_floor = max(floor, self.recover_floor if self.recover_floor is not None else -1)
+        self.recover_leader_end = None
+        self.stats["recovering_from_damage"] += 1
+
+    def _on_corruption(self, e: CorruptEntryError, now: int, out: Ready) -> None:
+        """A stored entry failed its checks while running: cut the log there and re-fetch from peers."""
+        index = e.index
+        if index is None:
+            self.stats["rejected_CorruptEntryError"] += 1
+            return
+        self.stats["corrupt_entries_found"] += 1
+        self.store.mark_damaged(index, str(e))
+        damage = self.store.damage
+        self._enter_recovery(damage.committed_index if damage is not None else index)
+        if self.member.role != Role.FOLLOWER:
+            self.become_follower(self.member.term, None, now, out, by=None)
+        else:
+            self.handler.reset()
+
+    def _join(self, decision: str) -> None:
+        """A pristine node learned whether its group exists (joining.py)."""
+        joiner = self.joiner
+        assert joiner is not None
+        m = self.member
+        term = max(m.term, joiner.highest_term)
+        if term > 0 and (term > m.term or m.voted_for is None):
+            m.set_term(term, ABSTAINED)
+        if decision == JOIN:
+            self._enter_recovery(-1)
+            self.stats["joined_existing_group"] += 1
+        else:
+            self.stats["bootstrapped_group"] += 1
+        self.store.set_identity(self.identity)
+        self.joiner = None
 
     def _route(self, msg: Message, now: int, out: Ready) -> None:
         m = self.member
@@ -226,6 +324,8 @@ class RaftNode:
             return
         cls = type(msg)  # exact types, most frequent first: this runs for every message
         if cls is PushRequest or cls is HeartbeatRequest or cls is TimeoutNow:
+            if self.joiner is not None:
+                self._join(JOIN)  # a leader exists (or existed), so the group does
             if msg.term < m.term:
                 self.stats["stale_term"] += 1
                 if cls is not TimeoutNow:
@@ -253,6 +353,15 @@ class RaftNode:
             self.elector.on_vote_request(msg, now, out)  # type: ignore[arg-type]
         elif cls is VoteResponse:
             self.elector.on_vote_response(msg, now, out)  # type: ignore[arg-type]
+        elif cls is ProbeRequest:
+            s = self.store
+            out.messages.append(ProbeResponse(m.group, m.node_id, msg.sender, m.term, msg.nonce,  # type: ignore[union-attr]
+                                              s.end_index, s.begin_index))
+        elif cls is ProbeResponse:
+            if self.joiner is not None:
+                decision = self.joiner.on_response(msg)  # type: ignore[arg-type]
+                if decision is not None:
+                    self._join(decision)
         else:
             self.stats["rejected_unknown_message"] += 1
 

@@ -21,7 +21,7 @@ from ..config import RaftConfig
 from ..errors import DiskFullError, InvalidArgumentError, ResponseCode
 from ..store.base import LogStore
 from .member import MemberState
-from .messages import PushKind, PushRequest, PushResponse
+from .messages import RESET_DATA, PushKind, PushRequest, PushResponse
 from .quorum import next_compare_index, quorum_index
 from .ready import Completion, Ready
 
@@ -34,6 +34,8 @@ _APPEND = PushKind.APPEND
 _COMMIT = PushKind.COMMIT
 _COMPARE = PushKind.COMPARE
 _TRUNCATE = PushKind.TRUNCATE
+_RESET = PushKind.RESET
+RESET_STATE = "RESET"
 
 
 class Dispatcher:
@@ -78,7 +80,7 @@ class Leader:
     """Everything a leader holds for its term; discarded when it steps down."""
 
     __slots__ = ("member", "store", "config", "stats", "term", "group", "node_id", "dispatchers", "peers",
-                 "pending", "commit", "floor")
+                 "pending", "commit")
 
     def __init__(self, member: MemberState, store: LogStore, config: RaftConfig, stats: Counter[str]) -> None:
         self.member = member
@@ -93,8 +95,11 @@ class Leader:
         self.peers = list(self.dispatchers.values())
         self.pending: deque[PendingAppend] = deque()
         self.commit = store.committed_index
-        # The lowest index whose term this leader can name: entries below begin_index have expired.
-        self.floor = store.begin_index - 1
+
+    @property
+    def floor(self) -> int:
+        """The lowest index whose term this leader can name (begin_index - 1): it follows expiry live."""
+        return self.store.begin_index - 1
 
     # -- client appends ------------------------------------------------------------------------
     def propose(self, request_id: int, bodies: Sequence[bytes], now: int, out: Ready) -> None:
@@ -168,11 +173,10 @@ class Leader:
 
     def _term(self, index: int) -> int | None:
         """Our term at `index`, or None when we cannot name it (below our log's beginning)."""
-        if index == -1:
-            return 0
-        if index <= self.floor or index > self.store.end_index:
+        store = self.store
+        if index < store.begin_index - 1 or index > store.end_index:
             return None
-        return self.store.term_at(index)
+        return store.term_at(index)
 
     def dispatch(self, d: Dispatcher, now: int, out: Ready) -> None:
         cfg = self.config
@@ -183,11 +187,11 @@ class Leader:
                 kind, index = _COMPARE, d.compare_index
             else:
                 kind, index = _TRUNCATE, d.truncate_index
-            term = self._term(index)
+            term = self._term(index) if d.state != RESET_STATE else None
             d.control_sent_ms = now
             if term is None:
-                # TODO(snapshot): the follower needs entries older than our log's beginning.
-                self.stats["index_less_than_local_begin"] += 1
+                # The follower needs entries older than our log's beginning: its log restarts at ours.
+                self._send_reset(d, out)
                 return
             out.messages.append(PushRequest(self.group, self.node_id, d.peer, self.term, kind, index, term,
                                             self.commit))
@@ -227,18 +231,33 @@ class Leader:
                                             0, commit))
             d.commit_sent = commit
 
+    def _send_reset(self, d: Dispatcher, out: Ready) -> None:
+        store = self.store
+        d.state = RESET_STATE
+        d.inflight.clear()
+        self.stats["follower_resets_sent"] += 1
+        begin = store.begin_index
+        out.messages.append(PushRequest(self.group, self.node_id, d.peer, self.term, _RESET, begin,
+                                        store.term_at(begin - 1), self.commit, 0, 0,
+                                        RESET_DATA.pack(store.begin_pos, store.begin_chain)))
+
     def on_heartbeat_response(self, peer: str, end_index: int, now: int, out: Ready) -> None:
-        """An idle follower whose log ends below its watermark lost entries it had acknowledged (a wiped
-        data directory): stop counting them and find the match point again. A heartbeat answer that was
-        merely overtaken by later acks looks the same; it costs one compare round, never safety (the
-        commit index never goes back)."""
         d = self.dispatchers.get(peer)
-        if d is None or d.state != APPEND_STATE or d.inflight or end_index >= d.match:
-            return
+        if d is not None:
+            self._check_shorter(d, end_index, now, out)
+
+    def _check_shorter(self, d: Dispatcher, end_index: int, now: int, out: Ready) -> bool:
+        """A follower whose log ends below its watermark lost entries it acknowledged (a wiped data
+        directory, a corrupt entry cut away): stop counting them at once, on every response, and find the
+        match point again. An answer merely overtaken by later acks looks the same; it costs one compare
+        round, never safety (the commit index never goes back)."""
+        if end_index >= d.match:
+            return False
         self.stats["follower_lost_entries"] += 1
         d.match = end_index
-        d.to_compare(min(end_index, self.store.end_index))
+        d.to_compare(max(-1, min(end_index, self.store.end_index)))
         self.dispatch(d, now, out)
+        return True
 
     def on_response(self, resp: PushResponse, now: int, out: Ready) -> None:
         d = self.dispatchers.get(resp.sender)
@@ -246,6 +265,18 @@ class Leader:
             return
         kind = resp.kind
         code = resp.code
+        if kind == _RESET:
+            if d.state == RESET_STATE and resp.index == self.store.begin_index:
+                d.control_sent_ms = None
+                if code == SUCCESS:
+                    # The follower's log now starts at our begin (or already matched there): compare at
+                    # its end, as after any repair.
+                    d.match = resp.acked
+                    d.to_compare(max(self.floor, min(resp.end_index, self.store.end_index)))
+                    self.dispatch(d, now, out)
+            return
+        if self._check_shorter(d, resp.end_index, now, out):
+            return
         if kind == _APPEND:
             if code == SUCCESS:
                 inflight = d.inflight
@@ -314,14 +345,20 @@ class Leader:
             d.compare_index = resp.end_index  # the follower's log is shorter: compare at its end
         elif code == int(ResponseCode.INCONSISTENT_TERM) and -1 <= resp.conflict_index <= ci:
             d.mismatch_at = ci if d.mismatch_at is None else min(d.mismatch_at, ci)
-            d.compare_index = next_compare_index(self.store.term_at, self.floor, ci, resp.conflict_index,
-                                                 resp.conflict_term)
+            if ci <= self.floor:
+                d.compare_index = ci - 1  # it differs even at our first nameable entry: reset it
+            else:
+                d.compare_index = next_compare_index(self.store.term_at, self.floor, ci, resp.conflict_index,
+                                                     resp.conflict_term)
         elif code == int(ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN):
-            # TODO(snapshot): the follower's log starts after the point we must compare; needs a reset.
+            # The follower expired entries we still compare: its log begins at resp.begin_index, and the
+            # entry before it is committed, so ours. Compare there.
             self.stats["follower_index_less_than_begin"] += 1
-            d.control_sent_ms = now  # retry after a push timeout, not at once
+            if ci < resp.begin_index - 1 <= self.store.end_index:
+                d.compare_index = resp.begin_index - 1
+            else:
+                d.control_sent_ms = now  # retry after a push timeout, not at once
         else:
             self.stats["compare_unexpected_code"] += 1
             d.control_sent_ms = now
-        if d.compare_index < self.floor:
-            d.compare_index = self.floor
+        # A compare index below our floor makes the next dispatch reset the follower.

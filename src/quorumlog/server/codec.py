@@ -24,6 +24,8 @@ from ..raft.messages import (
     HeartbeatResponse,
     Message,
     PushRequest,
+    ProbeRequest,
+    ProbeResponse,
     PushResponse,
     TimeoutNow,
     VoteRequest,
@@ -39,6 +41,8 @@ _ROUTES: dict[type, tuple[Op, int]] = {
     PushRequest: (Op.PUSH, PEER_REQUEST),
     PushResponse: (Op.PUSH, PEER_RESPONSE),
     TimeoutNow: (Op.LEADERSHIP_TRANSFER, PEER_REQUEST),
+    ProbeRequest: (Op.PROBE, PEER_REQUEST),
+    ProbeResponse: (Op.PROBE, PEER_RESPONSE),
 }
 _CLASSES: dict[tuple[int, int], type] = {route: cls for cls, route in _ROUTES.items()}
 PEER_OPS = frozenset(int(op) for op, _ in _ROUTES.values())

@@ -40,7 +40,10 @@ def header_at(store: LogStore, index: int) -> tuple[int, int, int, int, int, int
 
 
 def chain_at(store: LogStore, index: int) -> int | None:
-    """Chain CRC of the entry at `index`, None when the store does not hold it."""
+    """Chain CRC of the entry at `index`, None when the store does not hold it. A store that expired
+    entries (or was reset) still vouches for the one before its first: its begin chain is that chain."""
+    if index == store.begin_index - 1 and index >= 0:
+        return store.begin_chain
     if index < store.begin_index or index > store.end_index:
         return None
     return header_at(store, index)[6]
@@ -119,6 +122,12 @@ class Checker:
         if store.damage is not None:
             self.damaged.add(node)
         self._check_commit(node, store, restarted=True)
+
+    def on_wipe(self, node: str) -> None:
+        """The node's store was replaced by an empty one: it holds nothing until it recovers."""
+        self.checkpointed[node] = -1
+        self.last_commit[node] = -1
+        self.damaged.add(node)
 
     def on_recovered(self, node: str) -> None:
         self.damaged.discard(node)

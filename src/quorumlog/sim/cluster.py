@@ -28,7 +28,10 @@ from .checker import Checker, InvariantViolation
 from .network import LinkFaults, Network, partition_links, ring_links
 
 GROUP = "g0"
-ALL_FAULTS = ("drop", "dup", "delay", "partition", "crash", "pause", "skew", "disk", "corrupt", "transfer")
+ALL_FAULTS = ("drop", "dup", "delay", "partition", "crash", "pause", "skew", "disk", "corrupt", "transfer",
+              "wipe", "expire")
+# Virtual time after which a leader's expiry stops waiting for a silent member (it is reset on return).
+SIM_MEMBER_TIMEOUT_MS = 1500
 
 # Fast timers keep runs short in virtual time; the ratios match the defaults (DESIGN §7).
 SIM_RAFT = RaftConfig(heartbeat_interval_ms=30, max_heartbeat_leak=4, election_backoff_ms=80,
@@ -106,7 +109,9 @@ class Cluster:
 
     # -- stores ----------------------------------------------------------------------------------
     def _store_config(self) -> StoreConfig:
-        return StoreConfig(data_segment_bytes=64 * 1024, index_segment_bytes=32 * 1024, max_body_bytes=4096)
+        # Small segments and no retention period, so expiry happens many times in a run.
+        return StoreConfig(data_segment_bytes=16 * 1024, index_segment_bytes=32 * 1024, max_body_bytes=4096,
+                           file_reserved_hours=0)
 
     def _open_store(self, node_id: str) -> LogStore:
         if self._tmp is None:
@@ -167,6 +172,9 @@ class Cluster:
         self.stats["requests_unknown_outcome"] += len(lost)
         note = ""
         store = sim.store
+        if "wipe" in self.faults and not self.checker.damaged and self.rng.random() < 0.15:
+            self._wipe(sim)
+            return
         if ("corrupt" in self.faults and not self.checker.damaged and self.rng.random() < 0.3
                 and isinstance(store, MemoryStore) and store.committed_index >= 0):
             c = store.committed_index
@@ -176,6 +184,20 @@ class Cluster:
             self.stats["corruptions"] += 1
             note = f", lost entries from {cut} (committed {c})"
         self._trace(node_id, f"CRASH until {until}{note}; durable end {store.end_index}")
+
+    def _wipe(self, sim: SimNode) -> None:
+        """The disk is replaced: the node comes back with an empty store under its old id. A disk that
+        kept `currterm` but lost the log is refused by FileStore at open, and the operator replaces it
+        the same way (docs/operations.md), so both cases restart pristine."""
+        kept_currterm = self.rng.random() < 0.5
+        if self._tmp is not None:
+            sim.store.close()
+            shutil.rmtree(os.path.join(self._tmp, sim.id), ignore_errors=True)
+        sim.store = self._open_store(sim.id)
+        self.checker.on_wipe(sim.id)
+        self.stats["wipes"] += 1
+        self.stats["wipes_refused_currterm_kept" if kept_currterm else "wipes_whole"] += 1
+        self._trace(sim.id, "CRASH and WIPE: the node restarts with an empty store")
 
     def restart(self, node_id: str) -> None:
         sim = self.sims[node_id]
@@ -416,7 +438,14 @@ class Cluster:
                 sim.store.checkpoint()
                 self.checker.on_checkpoint(i, sim.store)
                 sim.next_checkpoint = t + self.rng.randint(100, 400)
-            if i in self.checker.damaged and not node.recovering and sim.store.damage is None:
+            if "expire" in self.faults and self.rng.random() < 0.02:
+                safe = node.expiry_safe_index(sim.now(t), SIM_MEMBER_TIMEOUT_MS)
+                dropped = sim.store.expire(safe, 0.0)
+                if dropped:
+                    self.stats["expired_entries"] += dropped
+                    self._trace(i, f"EXPIRE {dropped} entries, log begins at {sim.store.begin_index}")
+            if (i in self.checker.damaged and not node.recovering and not node.joining
+                    and sim.store.damage is None):
                 self.checker.on_recovered(i)
                 self._trace(i, "recovered the lost committed entries")
             bugs = [k for k in node.stats if k.startswith("bug_")]

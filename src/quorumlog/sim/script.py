@@ -11,6 +11,7 @@ import random
 from collections.abc import Callable, Sequence
 
 from ..config import RaftConfig, StoreConfig
+from ..raft.member import members_digest
 from ..raft.messages import Message, Role, describe
 from ..raft.node import RaftNode
 from ..raft.ready import Completion, Ready, ReadyApplier, RoleChange
@@ -40,11 +41,18 @@ def store_with_terms(terms: Sequence[int], vote_term: int = 0, config: StoreConf
 
 class Script:
     def __init__(self, ids: Sequence[str], config: RaftConfig = SCRIPT_RAFT, group: str = "g0",
-                 stores: dict[str, LogStore] | None = None, seed: int = 0) -> None:
+                 stores: dict[str, LogStore] | None = None, seed: int = 0, bootstrapped: bool = True) -> None:
+        """With `bootstrapped` (the default) every store starts as a member of an existing group, so
+        scenarios begin at their first election; without it, pristine stores probe first (joining.py)."""
         self.ids = list(ids)
         self.config = config
         self.group = group
         self.stores: dict[str, LogStore] = {i: (stores or {}).get(i) or MemoryStore() for i in self.ids}
+        if bootstrapped:
+            identity = members_digest(group, self.ids)
+            for store in self.stores.values():
+                if not store.identity:
+                    store.set_identity(identity)
         self.clock = {i: 0 for i in self.ids}
         self.queue: list[Message] = []
         self.completions: dict[str, list[Completion]] = {i: [] for i in self.ids}
