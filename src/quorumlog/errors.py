@@ -64,9 +64,17 @@ class StoreError(QuorumLogError):
 
 
 class CorruptEntryError(StoreError):
-    """Bytes that do not decode as a valid entry (bad magic, size, CRC, chain, index or position)."""
+    """Bytes that do not decode as a valid entry (bad magic, size, CRC, chain, index or position).
+
+    `index` names the stored entry found bad, when the bytes were read from the store (None for bytes
+    that came from elsewhere, e.g. a pushed batch): the caller may cut the log there (mark_damaged).
+    """
 
     code = ResponseCode.INCONSISTENT_STATE
+
+    def __init__(self, message: str = "", code: ResponseCode | None = None, *, index: int | None = None) -> None:
+        super().__init__(message, code)
+        self.index = index
 
 
 class CorruptCommittedError(StoreError):
@@ -80,6 +88,20 @@ class CorruptCommittedError(StoreError):
     def __init__(self, message: str, first_bad_index: int) -> None:
         super().__init__(message)
         self.first_bad_index = first_bad_index
+
+
+class StoreLockedError(StoreError):
+    """Another open store (`pid`, None when unknown) holds the store directory's lock."""
+
+    def __init__(self, message: str, pid: int | None = None) -> None:
+        super().__init__(message)
+        self.pid = pid
+
+
+class StoreStateError(StoreError):
+    """The store's state files do not match its data (its term and vote, or its data, are lost): it must
+    not open, because a replica that forgot what it promised could break a promise. The message tells the
+    operator what to do."""
 
 
 class DiskError(StoreError):

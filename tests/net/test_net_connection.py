@@ -468,3 +468,32 @@ def test_oversized_response_becomes_an_error_not_a_dead_connection():
             conn.close()
             await conn.wait_closed()
     arun(main())
+
+
+def test_member_list_refusal_is_logged_once_on_each_side_while_the_peer_retries(caplog: pytest.LogCaptureFixture):
+    caplog.set_level(logging.DEBUG, "quorumlog.net")
+    ours, theirs = {"g0": "a" * 16}, {"g0": "b" * 16}
+
+    async def main() -> None:
+        async with await serve(HOST, 0, echo, cluster=CLUSTER, node_id="n0", groups=ours) as server:
+            async with Endpoint(HOST, server.port, cluster=CLUSTER, node_id="n2", groups=theirs,
+                                backoff_max=0.02, name="n0") as ep:
+                with pytest.raises(HandshakeError, match="member list differs") as ei:
+                    await ep.connection(5)
+                assert ei.value.code == ResponseCode.METADATA_ERROR
+                while ep.refusals < 5:  # the endpoint keeps trying: the other side may be fixed
+                    await asyncio.sleep(0.01)
+            assert server.refusals.count >= 5
+            # The same node id with the right member list gets in.
+            async with Endpoint(HOST, server.port, cluster=CLUSTER, node_id="n2", groups=ours) as good:
+                f = await good.request(Op.GET, b"in", timeout=5)
+                assert bytes(f.body) == b"in" and good.refusals == 0
+    arun(main())
+    reason = f"group g0 member list differs (n2 has {'b' * 16}, n0 has {'a' * 16}); check the peers"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    server_side = [m for m in warnings if m.startswith("refused peer n2 (127.0.0.1:")]
+    client_side = [m for m in warnings if m.startswith(f"peer n0 ({HOST}:") and "refused us" in m]
+    assert len(server_side) == 1 and reason in server_side[0], warnings
+    assert len(client_side) == 1 and reason in client_side[0], warnings
+    repeats = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and "again" in r.getMessage()]
+    assert len(repeats) >= 8  # the later refusals, on both sides, went to DEBUG

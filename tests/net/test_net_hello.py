@@ -5,13 +5,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+import msgpack
 import pytest
 
 from quorumlog.errors import ResponseCode
 from quorumlog.net import schemas
 from quorumlog.net.errors import HandshakeError, ProtocolError
-from quorumlog.net.hello import ClientHandshake, ServerHandshake, State, proof
+from quorumlog.net.hello import ClientHandshake, ServerHandshake, State, members_mismatch, proof
 from quorumlog.net.ops import Op
+from quorumlog.raft.member import members_digest
 
 NONCE = bytes(range(32))
 
@@ -107,3 +109,78 @@ def test_client_rejects_unexpected_response():
     c.start()
     with pytest.raises(ProtocolError):
         c.receive(Op.AUTH, schemas.AUTH_RESPONSE.encode(200, ""))
+
+
+# -- member digests (peers only) -------------------------------------------------------------------
+G_OK = {"g0": "aaaa000000000000", "g1": "bbbb000000000000"}
+
+
+def test_peers_with_equal_digests_connect_and_a_client_sends_none():
+    c = ClientHandshake("c1", "n1", groups=G_OK)
+    s = ServerHandshake("c1", "n0", groups={"g0": G_OK["g0"], "g9": "cccc000000000000"})
+    assert run(c, s) == [Op.HELLO]
+    assert s.state is State.ESTABLISHED and s.peer_groups == G_OK  # g1 and g9: hosted by one side only
+    # A client's HELLO keeps the three-field layout, which the server still takes.
+    op, body = ClientHandshake("c1").start()
+    assert schemas.HELLO_REQUEST.decode(body).node_id == "client"
+    s = ServerHandshake("c1", "n0", groups=G_OK)
+    assert run(ClientHandshake("c1"), s) == [Op.HELLO] and s.peer_groups is None
+
+
+def test_member_digest_mismatch_is_refused_naming_group_and_both_digests():
+    c = ClientHandshake("c1", "n2", groups={"g0": "1a2b000000000000", "g1": G_OK["g1"]})
+    s = ServerHandshake("c1", "n0", groups=G_OK)
+    with pytest.raises(HandshakeError) as ei:
+        run(c, s)
+    assert ei.value.code == ResponseCode.METADATA_ERROR
+    assert c.state is s.state is State.FAILED
+    assert s.reason == ("group g0 member list differs (n2 has 1a2b000000000000, n0 has aaaa000000000000); "
+                        "check the peers of every node's config")
+    assert s.reason in str(ei.value)
+
+
+def test_member_digests_are_compared_only_after_the_proof():
+    theirs = {"g0": "1a2b000000000000"}
+    # A stranger with the wrong secret learns nothing of this node's groups.
+    with pytest.raises(HandshakeError) as ei:
+        run(ClientHandshake("c1", "n2", "wrong", groups=theirs), ServerHandshake("c1", "n0", "k", groups=G_OK))
+    assert ei.value.code == ResponseCode.UNEXPECTED_MEMBER and G_OK["g0"] not in str(ei.value)
+    # A peer that proves itself is refused at AUTH, with the reason.
+    c = ClientHandshake("c1", "n2", "k", groups=theirs)
+    s = ServerHandshake("c1", "n0", "k", groups=G_OK, nonce=lambda: NONCE)
+    sent: list[Op] = []
+    with pytest.raises(HandshakeError, match="group g0 member list differs") as ei:
+        step = c.start()
+        while step is not None:
+            sent.append(step[0])
+            reply = s.receive(*step)
+            step = c.receive(reply.op, reply.body)
+    assert sent == [Op.HELLO, Op.AUTH] and ei.value.code == ResponseCode.METADATA_ERROR
+
+
+def test_several_mismatched_groups_are_named_in_order_and_capped():
+    ours = {f"g{i}": f"{i:016x}" for i in range(6)}
+    theirs = {g: "f" * 16 for g in ours}
+    reason = members_mismatch("n2", theirs, "n0", ours)
+    assert reason is not None
+    assert reason.startswith("group g0 member list differs (n2 has ffffffffffffffff, n0 has 0000000000000000); "
+                             "group g1 ")
+    assert "g3" not in reason and "and 3 more groups" in reason
+    assert members_mismatch("n2", {"g0": "x"}, "n0", {"g1": "y"}) is None
+
+
+def test_malformed_groups_in_hello_are_a_protocol_error():
+    s = ServerHandshake("c1", "n0", groups=G_OK)
+    with pytest.raises(ProtocolError, match="HelloRequest.groups"):
+        s.receive(Op.HELLO, msgpack.packb((1, "c1", "n1", {"g0": 5})))
+    with pytest.raises(ProtocolError, match="HelloRequest.groups"):
+        ServerHandshake("c1", "n0").receive(Op.HELLO, msgpack.packb((1, "c1", "n1", ["g0"])))
+
+
+def test_real_member_digests_differ_for_another_member_list():
+    """The digest the node sends (raft.member.members_digest) tells an extra member apart, not the order."""
+    same = members_digest("g0", ["n0", "n1", "n2"])
+    assert members_digest("g0", ["n2", "n0", "n1", "n0"]) == same
+    c = ClientHandshake("c1", "n2", groups={"g0": members_digest("g0", ["n0", "n1", "n2", "n3"])})
+    with pytest.raises(HandshakeError, match=f"n0 has {same}"):
+        run(c, ServerHandshake("c1", "n0", groups={"g0": same}))

@@ -19,6 +19,7 @@ from quorumlog.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from quorumlog.raft.member import members_digest
 from quorumlog.raft.node import RaftNode
 from quorumlog.sim.script import SCRIPT_RAFT, Script, store_with_terms
 from quorumlog.store.memory import MemoryStore
@@ -35,6 +36,7 @@ def leaders_by_term(s: Script) -> dict[int, set[str]]:
 
 def test_raft_vote_is_durable_before_it_is_answered() -> None:
     store = MemoryStore()
+    store.set_identity(members_digest("g0", ["n0", "n1", "n2"]))  # a member of a bootstrapped group
     node = RaftNode("n1", "g0", ["n0", "n1", "n2"], store, SCRIPT_RAFT, random.Random(1))
     ready = node.step(VoteRequest("g0", "n0", "n1", 5, -1, 0), 0)
     assert store.load_vote() == (5, "n0")

@@ -37,5 +37,4 @@ def file_factory(tmp_path: Path) -> Callable[..., FileStore]:
         try:
             s.close()
         except Exception:
-            s.data.close()
-            s.index.close()
+            s.abandon()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,26 +36,27 @@ class StoreFactory:
     def open(self, **kwargs: Any) -> Any:
         if self.kind == "memory":
             if self.store is None:
-                self.store = MemoryStore(self.config)
+                # Segments age by the wall clock, as the file store's files do.
+                self.store = MemoryStore(self.config, clock=time.time)
         else:
             self.store = FileStore(self.dir, self.config, **kwargs)
             self.opened.append(self.store)
         return self.store
 
-    def reopen(self) -> Any:
+    def reopen(self, **kwargs: Any) -> Any:
+        """kwargs go to FileStore (e.g. repair=True)."""
         if self.kind == "memory":
             self.store.close()
             return self.store
         self.store.close()
-        return self.open()
+        return self.open(**kwargs)
 
     def close_all(self) -> None:
         for s in self.opened:
             try:
                 s.close()
             except Exception:
-                s.data.close()
-                s.index.close()
+                s.abandon()
 
 
 def body(i: int, n: int | None = None) -> bytes:
@@ -77,7 +79,31 @@ def state_of(store: Any) -> tuple[int, int, int, int, int]:
     return (store.begin_index, store.end_index, store.end_term, store.committed_index, store.write_pos)
 
 
+def bounds_of(store: Any) -> tuple[int, int, int, int]:
+    """Where the log begins: (begin_index, begin_pos, begin_chain, begin_term)."""
+    return store.begin_index, store.begin_pos, store.begin_chain, store.begin_term
+
+
 def entry_span(store: Any, index: int) -> tuple[int, int]:
     """(pos, size) of an entry."""
     e = store.get(index)
     return e.pos, HEADER_SIZE + len(e.body)
+
+
+def reopen_same(factory: StoreFactory, **kwargs: Any) -> Any:
+    """Reopen and check nothing changed (committed survives only up to the last checkpoint, and close()
+    checkpoints)."""
+    s = factory.store
+    before_state, before_log = state_of(s), log_of(s)
+    s = factory.reopen(**kwargs)
+    assert state_of(s) == before_state
+    assert log_of(s) == before_log
+    return s
+
+
+def fill(s: Any, n: int, term: int = 1, size: int | None = None, batch: int = 7) -> None:
+    i = 0
+    while i < n:
+        k = min(batch, n - i)
+        s.append([body(s.end_index + 1 + j, size) for j in range(k)], term)
+        i += k

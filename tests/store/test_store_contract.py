@@ -9,30 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from store_helpers import MAX_BODY, SEG, StoreFactory, body, log_of, small_config, state_of
+from store_helpers import MAX_BODY, SEG, StoreFactory, body, fill, log_of, reopen_same, small_config, state_of
 
 from quorumlog.entry import BLANK_SIZE, HEADER_SIZE, MAGIC_CONFIG, MAGIC_NOOP, MAGIC_NORMAL, decode_entries
 from quorumlog.errors import CorruptEntryError, IndexOutOfRangeError, InvalidArgumentError, StoreError
 from quorumlog.store import MemoryStore, place
-
-
-def reopen_same(factory: StoreFactory) -> Any:
-    """Reopen and check nothing changed (committed survives only up to the last checkpoint, and close()
-    checkpoints)."""
-    s = factory.store
-    before_state, before_log = state_of(s), log_of(s)
-    s = factory.reopen()
-    assert state_of(s) == before_state
-    assert log_of(s) == before_log
-    return s
-
-
-def fill(s: Any, n: int, term: int = 1, size: int | None = None, batch: int = 7) -> None:
-    i = 0
-    while i < n:
-        k = min(batch, n - i)
-        s.append([body(s.end_index + 1 + j, size) for j in range(k)], term)
-        i += k
 
 
 # -- empty log -----------------------------------------------------------------------------------

@@ -27,11 +27,11 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from store_helpers import log_of, small_config, state_of
+from store_helpers import bounds_of, log_of, small_config, state_of
 
-from quorumlog.entry import MAGIC_CONFIG, MAGIC_NOOP, MAGIC_NORMAL
+from quorumlog.entry import HEADER_SIZE, MAGIC_CONFIG, MAGIC_NOOP, MAGIC_NORMAL
 from quorumlog.errors import InvalidArgumentError, StoreError
-from quorumlog.store import MemoryStore
+from quorumlog.store import MemoryStore, place
 from quorumlog.store.file_store import FileStore
 
 CFG = small_config(data_segment_bytes=16 * 1024, index_segment_bytes=32 * 16, max_body_bytes=4096)
@@ -79,9 +79,8 @@ class StoreMachine(RuleBasedStateMachine):
         self.synced_files = {p: b for p, b in self.synced_files.items() if p in present}
 
     def _drop_fs(self) -> None:
-        """Stop without flushing or closing: only the file descriptors go."""
-        self.fs.data.close()
-        self.fs.index.close()
+        """Stop without flushing or closing: only the file descriptors (and the lock) go."""
+        self.fs.abandon()
 
     def _log(self, store: Any) -> list[Any]:
         return log_of(store)
@@ -114,8 +113,9 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(sizes=sizes, dterm=st.integers(0, 2), magic=magics, chunk=st.integers(1, 5))
     def follower_append(self, sizes: list[int], dterm: int, magic: int, chunk: int) -> None:
         leader = MemoryStore(CFG)
-        if self.mem.end_index >= 0:
-            leader.append_encoded(self.mem.read_raw(0, *ALL)[0])
+        leader.reset(*bounds_of(self.mem))
+        if self.mem.end_index >= self.mem.begin_index:
+            leader.append_encoded(self.mem.read_raw(self.mem.begin_index, *ALL)[0])
         self.salt += 1
         leader.append(_bodies(sizes, self.salt), leader.end_term + dterm, magic)
         start = self.mem.end_index + 1
@@ -138,6 +138,25 @@ class StoreMachine(RuleBasedStateMachine):
             self.mem.truncate_after(idx)
             self.fs.truncate_after(idx)
         self._prune_snapshot()
+
+    @rule(data=st.data())
+    def expire(self, data: st.DataObject) -> None:
+        safe = data.draw(st.integers(self.mem.begin_index - 1, self.mem.end_index))
+        assert self.mem.expire(safe, 1e12) == self.fs.expire(safe, 1e12)  # every segment is old then
+        self._prune_snapshot()
+        self._snapshot(("index",))  # expiry checkpoints, which syncs the index
+
+    @rule(gap=st.integers(0, 3), skip=st.integers(0, 3 * CFG.data_segment_bytes), dterm=st.integers(0, 2),
+          chain=st.integers(0, (1 << 32) - 1))
+    def reset(self, gap: int, skip: int, dterm: int, chain: int) -> None:
+        """A log reset to a leader's begin: past our committed index, anywhere past our end."""
+        begin = self.mem.committed_index + 1 + gap
+        pos = place(self.mem.write_pos + skip, HEADER_SIZE, CFG.data_segment_bytes)  # where an entry can start
+        args = (begin, pos, chain, self.mem.end_term + dterm)
+        self.mem.reset(*args)
+        self.fs.reset(*args)
+        self._prune_snapshot()
+        self._snapshot()  # the empty log is durable
 
     @rule(data=st.data())
     def commit(self, data: st.DataObject) -> None:
@@ -183,13 +202,14 @@ class StoreMachine(RuleBasedStateMachine):
                 f.write(self.synced_files.get(path, bytes(len(now))))
         self.fs = FileStore(self.dir, CFG)
         fs_log = self._log(self.fs)
-        assert fs_log == self.synced_log[:len(fs_log)], "a write that was never synced survived"
+        synced = [e for e in self.synced_log if e[0] >= self.fs.begin_index]  # expiry may have moved the begin
+        assert fs_log == synced[:len(fs_log)], "a write that was never synced survived"
         self._snapshot()
         self._resync_after_crash()
 
     @rule(data=st.data(), include_control=st.booleans())
     def read(self, data: st.DataObject, include_control: bool) -> None:
-        if self.mem.end_index < 0:
+        if self.mem.end_index < self.mem.begin_index:
             return
         start = data.draw(st.integers(self.mem.begin_index, self.mem.end_index))
         count = data.draw(st.integers(0, 20))
@@ -203,6 +223,8 @@ class StoreMachine(RuleBasedStateMachine):
     @invariant()
     def same_state(self) -> None:
         assert state_of(self.mem) == state_of(self.fs)
+        assert bounds_of(self.mem) == bounds_of(self.fs)
+        assert self.mem.term_at(self.mem.begin_index - 1) == self.fs.term_at(self.fs.begin_index - 1)
         assert self.mem.durable_index == self.fs.durable_index
         assert self.mem.damage is None and self.fs.damage is None
 
@@ -211,7 +233,8 @@ class StoreMachine(RuleBasedStateMachine):
         mem_log = self._log(self.mem)
         assert mem_log == self._log(self.fs)
         if mem_log:
-            assert self.mem.read_raw(0, *ALL) == self.fs.read_raw(0, *ALL)
+            b = self.mem.begin_index
+            assert self.mem.read_raw(b, *ALL) == self.fs.read_raw(b, *ALL)
             assert [self.fs.term_at(e[0]) for e in mem_log] == [e[1] for e in mem_log]
 
     def teardown(self) -> None:

@@ -12,7 +12,7 @@ import asyncio
 import heapq
 import logging
 import ssl as ssl_module
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 from ..errors import QuorumLogError, ResponseCode
@@ -36,8 +36,9 @@ from .schemas import GOODBYE
 
 log = logging.getLogger("quorumlog.net")
 
-# Until HELLO completes a peer is unauthenticated: it may only send small frames.
-HANDSHAKE_MAX_FRAME_BYTES = 4096
+# Until HELLO completes a peer is unauthenticated: it may only send small frames (a node's HELLO names
+# every group it hosts, about 30 bytes each).
+HANDSHAKE_MAX_FRAME_BYTES = 64 * 1024
 # How long close() waits for buffered bytes to drain before aborting (a peer that never reads).
 CLOSE_GRACE_S = 2.0
 
@@ -57,7 +58,8 @@ class Connection(asyncio.Protocol):
                  max_inflight: int = 4096,
                  on_made: Callable[[Connection], None] | None = None,
                  on_established: Callable[[Connection], None] | None = None,
-                 on_close: Callable[[Connection], None] | None = None) -> None:
+                 on_close: Callable[[Connection], None] | None = None,
+                 on_refused: Callable[[Connection, str | None, str], None] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         self._handler = handler
         self._max_frame_bytes = max_frame_bytes
@@ -67,6 +69,7 @@ class Connection(asyncio.Protocol):
         self._on_made = on_made
         self._on_established = on_established
         self._on_close = on_close
+        self._on_refused = on_refused
         self._transport: asyncio.Transport | None = None
         # Versions are pinned once HELLO settles; until then any version is parsed so a refusal can be sent.
         limit = HANDSHAKE_MAX_FRAME_BYTES if server_handshake is not None else max_frame_bytes
@@ -98,6 +101,11 @@ class Connection(asyncio.Protocol):
     # -- state ------------------------------------------------------------------------------------
     def __repr__(self) -> str:
         return f"<Connection {self.peer_id or '?'}@{self._peer_text()}{' closing' if self._closing else ''}>"
+
+    @property
+    def remote(self) -> str:
+        """The other end's host:port, for log lines."""
+        return self._peer_text()
 
     def _peer_text(self) -> str:
         p = self.peername
@@ -440,7 +448,10 @@ class Connection(asyncio.Protocol):
             self._writer.version = hs.version
         self._write(RESPONSE, reply.op, f.request_id, reply.body)
         if reply.close:
-            log.warning("refused connection %s (%s): %s", self._peer_text(), hs.peer_id, reply.reason)
+            if self._on_refused is not None:
+                self._on_refused(self, hs.peer_id, reply.reason)
+            else:
+                log.warning("refused connection %s (%s): %s", self._peer_text(), hs.peer_id, reply.reason)
             self.close(f"handshake refused: {reply.reason}")
         elif hs.state is State.ESTABLISHED:
             assert hs.version is not None and hs.peer_id is not None
@@ -473,14 +484,17 @@ async def connect(host: str, port: int, *, cluster: str, node_id: str = CLIENT_I
                   secret: str | bytes | None = None, handler: Handler | None = None,
                   ssl: ssl_module.SSLContext | None = None, server_hostname: str | None = None,
                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, timeout: float | None = 5.0,
-                  max_inflight: int = 4096, on_close: Callable[[Connection], None] | None = None) -> Connection:
+                  max_inflight: int = 4096, on_close: Callable[[Connection], None] | None = None,
+                  groups: Mapping[str, str] | None = None) -> Connection:
     """Open a connection and complete HELLO (and AUTH when the server wants a proof).
 
+    A node connecting to a peer passes `groups` ({group: members digest}, see hello.py).
     Raises OSError or ConnectionClosedError when the server cannot be reached, HandshakeError when it
-    refuses us (wrong version, cluster or secret), RequestTimeoutError when it does not answer in time.
+    refuses us (wrong version, cluster, secret or member list), RequestTimeoutError when it does not
+    answer in time.
     """
     loop = asyncio.get_running_loop()
-    hs = ClientHandshake(cluster, node_id, secret, version=max(SUPPORTED_VERSIONS))
+    hs = ClientHandshake(cluster, node_id, secret, version=max(SUPPORTED_VERSIONS), groups=groups)
 
     def factory() -> Connection:
         return Connection(handler=handler, max_frame_bytes=max_frame_bytes, max_inflight=max_inflight,

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import random
 import ssl as ssl_module
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from .connection import Connection, Handler, connect
 from .errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError
@@ -23,8 +23,10 @@ class Endpoint:
     Back-off doubles from `backoff_initial` to `backoff_max` (with jitter) after each failed attempt
     and starts over once a connection is up. Requests are not retried: a request in flight when the
     connection drops fails with ConnectionClosedError, and the caller decides (an append may not be
-    safe to repeat). A HandshakeError (wrong cluster, version or secret) is raised to waiters at once;
-    the endpoint keeps retrying at `backoff_max` in case the other side is reconfigured.
+    safe to repeat). A HandshakeError (wrong cluster, version, secret or member list) is raised to
+    waiters at once; the endpoint keeps retrying at `backoff_max` in case the other side is reconfigured,
+    logging each distinct refusal once. A node's link to a peer passes `groups` (see hello.py) and
+    `name` (the peer's id, for log lines).
     """
 
     def __init__(self, host: str, port: int, *, cluster: str, node_id: str = CLIENT_ID,
@@ -33,11 +35,13 @@ class Endpoint:
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, connect_timeout: float = 5.0,
                  backoff_initial: float = 0.05, backoff_max: float = 2.0,
                  on_connect: Callable[[Connection], None] | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, groups: Mapping[str, str] | None = None,
+                 name: str | None = None) -> None:
         self.host, self.port = host, port
+        self.name = f"peer {name} ({host}:{port})" if name else f"endpoint {host}:{port}"
         self._connect_args = dict(cluster=cluster, node_id=node_id, secret=secret, handler=handler, ssl=ssl,
                                   server_hostname=server_hostname, max_frame_bytes=max_frame_bytes,
-                                  timeout=connect_timeout)
+                                  timeout=connect_timeout, groups=groups)
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
         self._on_connect = on_connect
@@ -48,6 +52,8 @@ class Endpoint:
         self._closed = False
         self.last_error: BaseException | None = None
         self.connects = 0  # successful connections so far
+        self.refusals = 0  # handshakes the other side refused
+        self._logged_refusal = ""  # the last refusal logged at WARNING (until a connection succeeds)
 
     def __repr__(self) -> str:
         return f"<Endpoint {self.host}:{self.port} {'up' if self.connected else 'down'}>"
@@ -71,16 +77,22 @@ class Endpoint:
             try:
                 conn = await connect(self.host, self.port, **self._connect_args)  # type: ignore[arg-type]
             except HandshakeError as e:
-                log.warning("endpoint %s:%d refused us: %s", self.host, self.port, e)
+                self.refusals += 1
+                if str(e) != self._logged_refusal:
+                    self._logged_refusal = str(e)
+                    log.warning("%s refused us: %s", self.name, e)
+                else:
+                    log.debug("%s refused us again: %s", self.name, e)
                 self.last_error = e
                 delay = self._backoff_max
             except (OSError, ConnectionClosedError, ProtocolError, RequestTimeoutError) as e:
-                log.debug("endpoint %s:%d: connect failed: %s", self.host, self.port, e)
+                log.debug("%s: connect failed: %s", self.name, e)
                 self.last_error = e
             else:
                 self._conn = conn
                 self.connects += 1
                 self.last_error = None
+                self._logged_refusal = ""
                 delay = self._backoff_initial
                 if self._on_connect is not None:
                     self._on_connect(conn)
@@ -88,7 +100,7 @@ class Endpoint:
                 await conn.wait_closed()
                 self._conn = None
                 self.last_error = ConnectionClosedError(conn.close_reason)
-                log.info("endpoint %s:%d: connection lost (%s)", self.host, self.port, conn.close_reason)
+                log.info("%s: connection lost (%s)", self.name, conn.close_reason)
                 self._notify()
                 continue  # the first retry after a loss is immediate
             self._notify()

@@ -1,7 +1,7 @@
 """The HELLO handshake as two pure state machines (no I/O): bodies in, bodies out.
 
     client                                   server
-    HELLO(version, cluster, node_id)   ->
+    HELLO(version, cluster, node_id[, groups])   ->
                                        <-    HELLO response(code, reason, version, server id, nonce, auth_required)
     AUTH(HMAC-SHA256(secret, nonce || cluster || node_id))   ->      (only when auth_required)
                                        <-    AUTH response(code, reason)
@@ -9,6 +9,10 @@
 A refusal (wrong version, cluster or proof, or any other operation first) is a response with a
 non-SUCCESS code and a reason, after which the server closes the connection. The HELLO bodies keep
 this layout in every protocol version, so peers of different versions can always tell each other why.
+
+A node connecting to a peer adds `groups`, {group: members_digest} for each group it hosts; the server
+refuses (METADATA_ERROR) when a group both host has another digest on its side: two nodes with
+different member lists count different majorities and must never talk Raft. Clients send no groups.
 """
 
 from __future__ import annotations
@@ -16,15 +20,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
 from ..errors import ResponseCode
+from .bodies import unpack
 from .errors import HandshakeError, ProtocolError
 from .frames import PROTOCOL_VERSION, SUPPORTED_VERSIONS
 from .ops import Op, op_name
-from .schemas import AUTH_REQUEST, AUTH_RESPONSE, HELLO_REQUEST, HELLO_RESPONSE
+from .schemas import AUTH_REQUEST, AUTH_RESPONSE, HELLO_PEER_REQUEST, HELLO_REQUEST, HELLO_RESPONSE
 
 NONCE_BYTES = 32
 CLIENT_ID = "client"
@@ -33,6 +38,7 @@ CODE_BAD_VERSION = ResponseCode.UNSUPPORTED
 CODE_BAD_CLUSTER = ResponseCode.METADATA_ERROR
 CODE_BAD_AUTH = ResponseCode.UNEXPECTED_MEMBER
 CODE_NOT_READY = ResponseCode.ILLEGAL_MEMBER_STATE
+CODE_BAD_MEMBERS = ResponseCode.METADATA_ERROR
 
 
 def _key(secret: str | bytes | None) -> bytes | None:
@@ -47,6 +53,26 @@ def proof(secret: str | bytes, nonce: bytes, cluster: str, node_id: str) -> byte
     if key is None:
         raise ValueError("empty secret")
     return hmac.new(key, nonce + cluster.encode() + node_id.encode(), hashlib.sha256).digest()
+
+
+def decode_hello(body: bytes | bytearray | memoryview) -> tuple[int, str, str, dict[str, str] | None]:
+    """(version, cluster, node_id, groups) of a HELLO request in either layout; groups is None for a client."""
+    values = unpack(body)
+    if isinstance(values, tuple) and len(values) == len(HELLO_PEER_REQUEST.fields):
+        r = HELLO_PEER_REQUEST.validate(values)
+        return r.version, r.cluster, r.node_id, dict(r.groups)
+    r = HELLO_REQUEST.validate(values)
+    return r.version, r.cluster, r.node_id, None
+
+
+def members_mismatch(peer: str, theirs: Mapping[str, str], me: str, ours: Mapping[str, str]) -> str | None:
+    """The refusal reason when a group both nodes host has different member digests, else None."""
+    bad = sorted(g for g in theirs.keys() & ours.keys() if theirs[g] != ours[g])
+    if not bad:
+        return None
+    parts = [f"group {g} member list differs ({peer} has {theirs[g]}, {me} has {ours[g]})" for g in bad[:3]]
+    more = f" and {len(bad) - 3} more groups" if len(bad) > 3 else ""
+    return "; ".join(parts) + more + "; check the peers of every node's config"
 
 
 class State(Enum):
@@ -70,15 +96,18 @@ class ServerHandshake:
     """Server side. Feed each request frame with receive(op, body) until state is ESTABLISHED or FAILED.
 
     `versions` are the protocol versions this server speaks; the highest one the client also speaks
-    is chosen (the client proposes its highest). `nonce` makes tests deterministic.
+    is chosen (the client proposes its highest). `groups` ({group: members digest}) are compared with a
+    connecting peer's, once it has proved itself. `nonce` makes tests deterministic.
     """
 
     def __init__(self, cluster: str, node_id: str, secret: str | bytes | None = None, *,
-                 versions: frozenset[int] = SUPPORTED_VERSIONS,
+                 versions: frozenset[int] = SUPPORTED_VERSIONS, groups: Mapping[str, str] | None = None,
                  nonce: Callable[[], bytes] = lambda: os.urandom(NONCE_BYTES)) -> None:
         self.cluster = cluster
         self.node_id = node_id
         self._key = _key(secret)
+        self._groups = dict(groups or {})
+        self.peer_groups: dict[str, str] | None = None  # what a connecting peer sent; None for a client
         self._versions = versions
         self._nonce_source = nonce
         self._nonce = b""
@@ -112,21 +141,29 @@ class ServerHandshake:
         self.reason = reason
         return Reply(op, body, close=True, reason=reason)
 
+    def _members_reason(self) -> str | None:
+        if self.peer_groups is None or self.peer_id is None:
+            return None
+        return members_mismatch(self.peer_id, self.peer_groups, self.node_id, self._groups)
+
     def _on_hello(self, body: bytes | bytearray | memoryview) -> Reply:
-        hello = HELLO_REQUEST.decode(body)
-        self.peer_id = hello.node_id
-        usable = [v for v in self._versions if v <= hello.version]
+        version, cluster, node_id, self.peer_groups = decode_hello(body)
+        self.peer_id = node_id
+        usable = [v for v in self._versions if v <= version]
         if not usable:
             return self._refuse_hello(
-                CODE_BAD_VERSION, f"protocol version {hello.version} unsupported; this node speaks "
+                CODE_BAD_VERSION, f"protocol version {version} unsupported; this node speaks "
                 f"{min(self._versions)}..{max(self._versions)}")
         self.version = max(usable)
-        if hello.cluster != self.cluster:
+        if cluster != self.cluster:
             return self._refuse_hello(
-                CODE_BAD_CLUSTER, f"wrong cluster {hello.cluster!r}: this node is in {self.cluster!r}")
-        if not hello.node_id:
+                CODE_BAD_CLUSTER, f"wrong cluster {cluster!r}: this node is in {self.cluster!r}")
+        if not node_id:
             return self._refuse_hello(CODE_BAD_AUTH, "empty node id")
         if self._key is None:
+            reason = self._members_reason()
+            if reason is not None:
+                return self._refuse_hello(CODE_BAD_MEMBERS, reason)
             self.state = State.ESTABLISHED
             return Reply(Op.HELLO, HELLO_RESPONSE.encode(int(ResponseCode.SUCCESS), "", self.version,
                                                          self.node_id, b"", False))
@@ -143,6 +180,10 @@ class ServerHandshake:
         expected = proof(self._key, self._nonce, self.cluster, self.peer_id)
         if not hmac.compare_digest(expected, auth.proof):
             return self._refuse(Op.AUTH, CODE_BAD_AUTH, "authentication failed: wrong shared secret")
+        # Compared only now: an unauthenticated stranger learns nothing of this node's groups.
+        reason = self._members_reason()
+        if reason is not None:
+            return self._refuse(Op.AUTH, CODE_BAD_MEMBERS, reason)
         self.state = State.ESTABLISHED
         return Reply(Op.AUTH, AUTH_RESPONSE.encode(int(ResponseCode.SUCCESS), ""))
 
@@ -151,14 +192,16 @@ class ClientHandshake:
     """Client side: start() gives the HELLO body; feed each response to receive() until established.
 
     receive() returns the next (op, body) to send, or None once the connection is established;
-    it raises HandshakeError (carrying the server's code and reason) on a refusal.
+    it raises HandshakeError (carrying the server's code and reason) on a refusal. A node connecting to
+    a peer passes `groups`, {group: members digest} of every group it hosts; a client passes none.
     """
 
     def __init__(self, cluster: str, node_id: str = CLIENT_ID, secret: str | bytes | None = None, *,
-                 version: int = PROTOCOL_VERSION) -> None:
+                 version: int = PROTOCOL_VERSION, groups: Mapping[str, str] | None = None) -> None:
         self.cluster = cluster
         self.node_id = node_id
         self._key = _key(secret)
+        self.groups = None if groups is None else dict(groups)
         self.proposed_version = version
         self.state = State.AWAIT_HELLO
         self.version: int | None = None
@@ -166,7 +209,9 @@ class ClientHandshake:
 
     def start(self) -> tuple[Op, bytes]:
         """The HELLO request."""
-        return Op.HELLO, HELLO_REQUEST.encode(self.proposed_version, self.cluster, self.node_id)
+        if self.groups is None:
+            return Op.HELLO, HELLO_REQUEST.encode(self.proposed_version, self.cluster, self.node_id)
+        return Op.HELLO, HELLO_PEER_REQUEST.encode(self.proposed_version, self.cluster, self.node_id, self.groups)
 
     def receive(self, op: int, body: bytes | bytearray | memoryview) -> tuple[Op, bytes] | None:
         """Process the response to the last request sent."""

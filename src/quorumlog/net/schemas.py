@@ -56,6 +56,9 @@ GROUP = Str(255)
 
 # --- connection -------------------------------------------------------------------------------------
 HELLO_REQUEST = _req(Op.HELLO, ("version", U16), ("cluster", Str(255)), ("node_id", NODE_ID))
+# A node connecting to a peer appends {group: members_digest} for every group it hosts; clients send
+# the three fields above (an accepting node takes either layout).
+HELLO_PEER_REQUEST = Schema("HelloRequest", (*HELLO_REQUEST.fields, ("groups", Map(Str(64)))))
 # Always this layout, whatever the code, so the client can show the reason of a refusal.
 HELLO_RESPONSE = _resp(Op.HELLO, ("reason", STR), ("version", U16), ("node_id", NODE_ID), ("nonce", BYTES),
                        ("auth_required", BOOL), generic_errors=False)

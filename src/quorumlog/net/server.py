@@ -5,22 +5,57 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl as ssl_module
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ..errors import ResponseCode
 from .connection import Connection, Handler
 from .frames import DEFAULT_MAX_FRAME_BYTES, SUPPORTED_VERSIONS
-from .hello import ServerHandshake
+from .hello import CLIENT_ID, ServerHandshake
 
 log = logging.getLogger("quorumlog.net")
+# Distinct refusal reasons remembered for logging once; more than this (a stranger sending a new cluster
+# name each time) starts over rather than grow without bound.
+MAX_REMEMBERED_REFUSALS = 256
+
+
+class RefusalLog:
+    """Logs each distinct handshake refusal (who, why) once at WARNING, repeats at DEBUG: a
+    misconfigured peer reconnects every half second and one line says all there is to say. A peer
+    that later gets in is forgotten, so a new failure of it is logged again."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._seen: set[tuple[str | None, str]] = set()
+
+    def refused(self, conn: Connection, peer_id: str | None, reason: str) -> None:
+        self.count += 1
+        key = (peer_id, reason)
+        if key in self._seen:
+            log.debug("refused %s again: %s", _who(conn, peer_id), reason)
+            return
+        if len(self._seen) >= MAX_REMEMBERED_REFUSALS:
+            self._seen.clear()
+        self._seen.add(key)
+        log.warning("refused %s: %s", _who(conn, peer_id), reason)
+
+    def established(self, conn: Connection) -> None:
+        if self._seen and conn.peer_id != CLIENT_ID:
+            self._seen = {k for k in self._seen if k[0] != conn.peer_id}
+
+
+def _who(conn: Connection, peer_id: str | None) -> str:
+    if peer_id and peer_id != CLIENT_ID:
+        return f"peer {peer_id} ({conn.remote})"
+    return f"connection {conn.remote} ({peer_id or 'no HELLO'})"
 
 
 class Server:
     """A listening socket and its connections. `async with` closes it all."""
 
-    def __init__(self, server: asyncio.Server, connections: set[Connection]) -> None:
+    def __init__(self, server: asyncio.Server, connections: set[Connection], refusals: RefusalLog) -> None:
         self._server = server
         self.connections = connections  # established or still in HELLO
+        self.refusals = refusals
 
     @property
     def port(self) -> int:
@@ -59,14 +94,24 @@ async def serve(host: str, port: int, handler: Handler, *, cluster: str, node_id
                 secret: str | bytes | None = None, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                 ssl: ssl_module.SSLContext | None = None, hello_timeout: float = 5.0,
                 max_inflight: int = 4096, versions: frozenset[int] = SUPPORTED_VERSIONS,
+                groups: Mapping[str, str] | None = None,
                 on_established: Callable[[Connection], None] | None = None,
                 on_close: Callable[[Connection], None] | None = None, backlog: int = 1024) -> Server:
     """Listen on host:port; each connection must pass HELLO (and AUTH when `secret` is set).
+
+    `groups` ({group: members digest}) are this node's; a peer whose HELLO gives another digest for a
+    group both host is refused (hello.py).
 
     `handler(conn, frame)` then gets every request and one-way frame (see connection.Handler).
     A malformed, truncated, oversized or unknown frame closes only the connection that sent it.
     """
     connections: set[Connection] = set()
+    refusals = RefusalLog()
+
+    def established(conn: Connection) -> None:
+        refusals.established(conn)
+        if on_established is not None:
+            on_established(conn)
 
     def closed(conn: Connection) -> None:
         connections.discard(conn)
@@ -75,12 +120,14 @@ async def serve(host: str, port: int, handler: Handler, *, cluster: str, node_id
 
     def factory() -> Connection:
         conn = Connection(handler=handler, max_frame_bytes=max_frame_bytes,
-                          server_handshake=ServerHandshake(cluster, node_id, secret, versions=versions),
+                          server_handshake=ServerHandshake(cluster, node_id, secret, versions=versions,
+                                                           groups=groups),
                           hello_timeout=hello_timeout, max_inflight=max_inflight,
-                          on_made=connections.add, on_established=on_established, on_close=closed)
+                          on_made=connections.add, on_established=established, on_close=closed,
+                          on_refused=refusals.refused)
         # Registered in connection_made: a TLS handshake that fails never makes (nor loses) the connection.
         return conn
 
     server = await asyncio.get_running_loop().create_server(factory, host, port, ssl=ssl, backlog=backlog)
     log.info("listening on %s:%d%s", host, int(server.sockets[0].getsockname()[1]), " (TLS)" if ssl else "")
-    return Server(server, connections)
+    return Server(server, connections, refusals)

@@ -73,6 +73,8 @@ class RaftNode:
         self.joiner: Joiner | None = None
         if recorded is None:
             self.joiner = Joiner.create(self.member, rng, config.heartbeat_interval_ms)
+            if not self.member.others:
+                self._join(BOOTSTRAP)  # a group of one has nobody to ask
         self.elector = Elector(self, self.member, store, config, rng)
         self.handler = EntryHandler(self.member, store, config, self.stats)
         self.leader: Leader | None = None

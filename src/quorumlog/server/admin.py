@@ -52,6 +52,11 @@ def render_metrics(node: NodeServer) -> str:
     x.sample("quorumlog_peer_messages_dropped_total", "counter", "Raft messages dropped (peer unreachable)",
              node.links.dropped, node=node_label)
     x.sample("quorumlog_tail_subscriptions", "gauge", "live TAIL subscriptions", len(node.tails), node=node_label)
+    x.sample("quorumlog_hello_refused_total", "counter", "connections refused at HELLO (cluster, secret, members)",
+             node.server.refusals.count if node.server is not None else 0, node=node_label)
+    for pid, n in sorted(node.links.refusals().items()):
+        x.sample("quorumlog_peer_refusals_total", "counter", "this node's HELLOs a peer refused", n,
+                 node=node_label, peer=pid)
     for g in node.groups.values():
         lab = {"node": node_label, "group": g.name}
         st = g.stats
@@ -74,6 +79,10 @@ def render_metrics(node: NodeServer) -> str:
         x.sample("quorumlog_replication_bytes_out_total", "counter", "entry bytes pushed to followers",
                  st.push_bytes_out, **lab)
         x.sample("quorumlog_flushes_total", "counter", "store flushes (group commits)", st.flushes, **lab)
+        for (call, error), n in sorted(st.core_errors.items()):
+            x.sample("quorumlog_core_errors_total", "counter",
+                     "unexpected errors out of the Raft core, survived (a disk error stops the node instead)",
+                     n, **lab, call=call, error=error)
         x.sample("quorumlog_term", "gauge", "current Raft term", raft.term, **lab)
         x.sample("quorumlog_role", "gauge", "0 follower, 1 candidate, 2 leader", int(raft.role), **lab)
         x.sample("quorumlog_is_leader", "gauge", "1 when this node leads the group", int(raft.role == Role.LEADER),

@@ -5,6 +5,11 @@ returns; messages go out at once (the core never claims more than is durable); o
 time runs in this group's worker thread and covers everything written before it started (group commit:
 all the appends of the loop iterations meanwhile share the next one); then `on_flushed` releases what
 waited for durability, and completions answer clients.
+
+Only a failed disk (DiskError) stops the node. Any other error out of the core is logged, counted
+(`core_errors`) and survived: it comes from input the network sent, and one bad message must not take a
+member down. At shutdown an append the core was given is answered TERM_CHANGED (it may commit yet:
+the client must not blindly retry), one it never saw NOT_LEADER (safe to send elsewhere).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import concurrent.futures
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +27,7 @@ from typing import Any
 import msgpack
 
 from ..config import GroupConfig
-from ..errors import QuorumLogError, ResponseCode
+from ..errors import DiskError, ResponseCode
 from ..net.bodies import encode_error
 from ..net.connection import Connection
 from ..net.frames import Frame
@@ -39,6 +45,8 @@ SUCCESS = int(ResponseCode.SUCCESS)
 # One proposal gathers the appends of one loop iteration, up to these bounds (the rest wait one more turn).
 MAX_PROPOSAL_ENTRIES = 16384
 MAX_PROPOSAL_BYTES = 8 << 20
+# The same unexpected core error is logged with its traceback at most this often (it may recur every tick).
+CORE_ERROR_LOG_INTERVAL_S = 60.0
 
 
 def now_ms() -> int:
@@ -70,6 +78,7 @@ class GroupStats:
     bytes_out: int = 0
     push_bytes_out: int = 0  # replicated to followers
     flushes: int = 0
+    core_errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (call, exception type) -> count
 
 
 class Group:
@@ -83,7 +92,11 @@ class Group:
         self.store = NodeStore(store_dir(data_dir, cfg.name, node_id), cfg.store, repair=True)
         for note in self.store.notes:
             log.warning("group %s: store recovery: %s", cfg.name, note)
-        self.node = RaftNode(node_id, cfg.name, list(cfg.peers), self.store, cfg.raft, random.Random())
+        try:
+            self.node = RaftNode(node_id, cfg.name, list(cfg.peers), self.store, cfg.raft, random.Random())
+        except BaseException:
+            self.store.close()  # the node does not start: let go of the store (and its lock) now
+            raise
         self.peers = dict(cfg.peers)
         self._send = send
         self._on_fatal = on_fatal
@@ -98,6 +111,8 @@ class Group:
         self._flushing = False
         self._checkpointing = False
         self._closed = False
+        self.accepting = True  # False once shutdown began: new appends are sent elsewhere
+        self._error_logged: dict[tuple[str, str], float] = {}
         self.stats = GroupStats()
         self.commit_changed = asyncio.Event()
         self._last_commit = self.store.committed_index
@@ -114,13 +129,34 @@ class Group:
                 if type(m) is PushRequest and m.data:
                     self.stats.bytes_in += len(m.data)
                     self.stats.entries_in += m.count
-            self.apply(self.node.step_batch(msgs, now_ms()))
-        if self.appends:
+            try:
+                self.apply(self.node.step_batch(msgs, now_ms()))
+            except Exception as e:
+                self.core_error("step", e)
+        if self.appends and not self._closed:
             self._propose()
 
     def tick(self) -> None:
-        if not self._closed:
+        if self._closed:
+            return
+        try:
             self.apply(self.node.tick(now_ms()))
+        except Exception as e:
+            self.core_error("tick", e)
+
+    def core_error(self, call: str, e: Exception) -> None:
+        """An exception out of the core (or applying its output): fatal for a failed disk only."""
+        if isinstance(e, DiskError):
+            self._on_fatal(e)
+            return
+        key = (call, type(e).__name__)
+        self.stats.core_errors[key] += 1
+        now = time.monotonic()
+        last = self._error_logged.get(key)
+        if last is None or now - last >= CORE_ERROR_LOG_INTERVAL_S:
+            self._error_logged[key] = now
+            log.error("group %s: %s failed (%d times so far), the node goes on: %s: %s", self.name, call,
+                      self.stats.core_errors[key], type(e).__name__, e, exc_info=e)
 
     def _propose(self) -> None:
         batch: list[_Append] = []
@@ -139,10 +175,20 @@ class Group:
         rid = self._next_rid
         self._next_rid += 1
         self._waiting[rid] = (batch, time.perf_counter())
-        ready = self.node.propose(bodies, now_ms(), request_id=rid)
+        try:
+            ready = self.node.propose(bodies, now_ms(), request_id=rid)
+        except Exception as e:
+            # The store may hold the entries already: an uncertain outcome, never a plain retry.
+            self._fail_waiting(rid, ResponseCode.TERM_CHANGED, f"append failed in group {self.name} on "
+                               f"{self.node_id}: {type(e).__name__}: {e}")
+            self.core_error("propose", e)
+            return
         self.stats.entries_in += len(bodies)
         self.stats.bytes_in += size
-        self.apply(ready)
+        try:
+            self.apply(ready)
+        except Exception as e:
+            self.core_error("propose", e)
 
     def apply(self, ready: Ready) -> None:
         """Send, complete, and start a flush when the core wrote something not yet durable."""
@@ -186,9 +232,10 @@ class Group:
         self.stats.fsync_latency.observe(time.perf_counter() - t0)
         try:
             self.apply(self.node.on_flushed(durable, now_ms()))
-        except QuorumLogError as e:
-            self._on_fatal(e)
-            return
+        except Exception as e:
+            self.core_error("on_flushed", e)
+            if isinstance(e, DiskError) or self._closed:
+                return
         if self.store.durable_index < self.store.end_index and not self._flushing:
             self._start_flush()
 
@@ -237,8 +284,14 @@ class Group:
             conn.respond_error(frame, c.code, f"{_code_name(c.code)}: transfer in group {self.name}", c.leader_id)
 
     # -- client requests ---------------------------------------------------------------------------
-    def enqueue_append(self, conn: Connection, frame: Frame, bodies: list[bytes], single: bool) -> None:
-        self.appends.append(_Append(conn, frame.op, frame.request_id, bodies, single, time.perf_counter()))
+    def enqueue_append(self, conn: Connection, frame: Frame, bodies: list[bytes], single: bool) -> bool:
+        """Queue an append for the next proposal; False (answered already) once shutdown began."""
+        a = _Append(conn, frame.op, frame.request_id, bodies, single, time.perf_counter())
+        if not self.accepting:
+            _respond(a, self._shutting_down(ResponseCode.NOT_LEADER))
+            return False
+        self.appends.append(a)
+        return True
 
     def transfer(self, conn: Connection, frame: Frame, target: str) -> None:
         rid = self._next_rid
@@ -251,7 +304,10 @@ class Group:
         return self.node.leader_id
 
     def metadata(self) -> tuple[str | None, int]:
-        return self.node.leader_id, self.node.term
+        leader = self.node.leader_id
+        if not self.accepting and leader == self.node_id:
+            leader = None  # shutting down: send clients to find the next leader, not back here
+        return leader, self.node.term
 
     def status(self) -> dict[str, Any]:
         """The /status and STATUS document of this group."""
@@ -295,19 +351,50 @@ class Group:
             safe = min([safe] + [node.peer_match(p) for p in self.peers if p != self.node_id])
         return self.store.expire(safe, time.time())
 
+    # -- shutdown ----------------------------------------------------------------------------------
+    def _shutting_down(self, code: ResponseCode) -> bytes:
+        return encode_error(code, f"node {self.node_id} is shutting down (group {self.name})", None)
+
+    def stop_appends(self) -> None:
+        """Shutdown begins: refuse new appends and answer the queued ones, which the core never saw,
+        NOT_LEADER (the client sends them to the next leader). Proposed ones may still commit."""
+        self.accepting = False
+        body = self._shutting_down(ResponseCode.NOT_LEADER)
+        queued, self.appends = self.appends, []
+        for a in queued:
+            _respond(a, body)
+
+    @property
+    def proposals_waiting(self) -> int:
+        """Proposals handed to the core and not answered yet."""
+        return len(self._waiting)
+
+    def _fail_waiting(self, rid: int, code: ResponseCode, reason: str) -> None:
+        entry = self._waiting.pop(rid, None)
+        if entry is not None:
+            body = encode_error(code, reason, None)
+            for a in entry[0]:
+                _respond(a, body)
+
     async def close(self) -> None:
-        """Fail what still waits, then flush and checkpoint (store.close) in the worker thread."""
+        """Answer what still waits, then flush and checkpoint (store.close) in the worker thread.
+
+        An append already proposed gets TERM_CHANGED: its entries may be on other members and commit
+        under the next leader, so only the client may decide to send it again. One never proposed gets
+        NOT_LEADER, safe to retry. The answers are queued on their connections before this returns;
+        the node closes connections later, and a close writes out what is queued first.
+        """
         if self._closed:
             return
+        self.stop_appends()
         self._closed = True
-        body = encode_error(ResponseCode.NETWORK_ERROR, f"node {self.node_id} is shutting down", None)
-        for batch, _ in self._waiting.values():
-            for a in batch:
-                _respond(a, body)
-        for a in self.appends:
-            _respond(a, body)
-        self._waiting.clear()
-        self.appends.clear()
+        for rid in list(self._waiting):
+            self._fail_waiting(rid, ResponseCode.TERM_CHANGED,
+                               f"node {self.node_id} shut down before the append was known "
+                               f"committed (group {self.name}); it may still commit")
+        for conn, frame in self._transfers.values():
+            conn.respond_error(frame, ResponseCode.NETWORK_ERROR, f"node {self.node_id} is shutting down")
+        self._transfers.clear()
         await self._loop.run_in_executor(self._executor, self.store.close)
         self._executor.shutdown(wait=True)
 

@@ -3,7 +3,8 @@
 Frames are handled as they arrive: peer messages are queued on their group and client appends gathered;
 once per loop iteration (`_iterate`, scheduled by the first frame) every group steps its core with what
 arrived and proposes the gathered appends as one batch. A timer ticks the cores, another checkpoints and
-expires. SIGTERM stops accepting, fails nothing acknowledged, flushes, checkpoints and exits 0.
+expires. SIGTERM stops accepting connections and appends, gives the appends already proposed a moment
+to commit, answers the rest honestly (group.py), flushes, checkpoints and exits 0.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..net.schemas import (
     UNTAIL_REQUEST,
 )
 from ..net.server import Server, serve
+from ..raft.member import members_digest
 from ..raft.messages import Message
 from .codec import PEER_OPS, decode_message
 from .group import Group
@@ -47,6 +49,9 @@ SUCCESS = int(ResponseCode.SUCCESS)
 TICK_S = 0.01
 HOUSEKEEPING_S = 1.0
 EXPIRE_EVERY_S = 10.0
+# At SIGTERM, how long proposed appends may take to commit before they are answered TERM_CHANGED
+# (an uncertain outcome the client must resolve); a healthy quorum commits in milliseconds.
+SHUTDOWN_DRAIN_S = 1.0
 
 
 class UnknownGroupError(QuorumLogError):
@@ -78,8 +83,10 @@ class NodeServer:
         for g in cfg.groups:
             peers.update(g.peers)
         self.peer_addresses = peers
+        # Exchanged at HELLO with every peer: nodes that count different majorities must not talk.
+        self.member_digests = {g.name: members_digest(g.name, [*g.peers, cfg.node_id]) for g in cfg.groups}
         self.links = PeerLinks(cfg.node_id, peers, cluster=cfg.cluster, secret=cfg.secret,
-                               max_frame_bytes=cfg.max_frame_bytes)
+                               max_frame_bytes=cfg.max_frame_bytes, groups=self.member_digests)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @property
@@ -105,7 +112,7 @@ class NodeServer:
         try:
             self.server = await serve(host, port, self._handle, cluster=self.cfg.cluster, node_id=self.node_id,
                                       secret=self.cfg.secret, max_frame_bytes=self.cfg.max_frame_bytes,
-                                      on_close=self._on_close)
+                                      groups=self.member_digests, on_close=self._on_close)
         except OSError as e:
             await self._close_groups()
             raise StartupError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
@@ -149,6 +156,10 @@ class NodeServer:
     async def shutdown(self) -> None:
         if self.server is not None:
             self.server.stop_accepting()
+        for g in self.groups.values():
+            g.stop_appends()
+        if self._fatal is None:
+            await self._drain(SHUTDOWN_DRAIN_S)
         for t in self._tasks:
             t.cancel()
         await self.tails.close()
@@ -159,6 +170,13 @@ class NodeServer:
             await self.server.close("node shutting down", timeout=2.0)
         await self.links.close()
 
+    async def _drain(self, timeout: float) -> None:
+        """Let proposed appends commit (the loop, ticks and peer links keep running), bounded."""
+        assert self._loop is not None
+        deadline = self._loop.time() + timeout
+        while any(g.proposals_waiting for g in self.groups.values()) and self._loop.time() < deadline:
+            await asyncio.sleep(0.005)
+
     async def _close_groups(self) -> None:
         for g in list(self.groups.values()):
             try:
@@ -167,14 +185,11 @@ class NodeServer:
                 log.error("group %s: closing the store failed: %s", g.name, e)
 
     async def _ticker(self) -> None:
+        # Group.tick survives core errors itself (only a DiskError stops the node, through _fatal_error).
         while True:
             await asyncio.sleep(TICK_S)
-            try:
-                for g in self.groups.values():
-                    g.tick()
-            except QuorumLogError as e:
-                self._fatal_error(e)
-                return
+            for g in self.groups.values():
+                g.tick()
 
     async def _housekeeping(self) -> None:
         next_cp = {name: 0.0 for name in self.groups}
@@ -194,6 +209,9 @@ class NodeServer:
                     except QuorumLogError as e:
                         log.warning("group %s: expiry failed: %s", g.name, e)
                         continue
+                    except Exception:  # a bug: keep checkpointing and expiring the other groups
+                        log.exception("group %s: expiry failed", g.name)
+                        continue
                     if removed:
                         log.info("group %s: expired %d entries", g.name, removed)
 
@@ -209,11 +227,7 @@ class NodeServer:
         self._scheduled = False
         dirty, self._dirty = self._dirty, set()
         for g in dirty:
-            try:
-                g.process()
-            except QuorumLogError as e:
-                self._fatal_error(e)
-                return
+            g.process()  # survives core errors itself, like tick
             if g.appends:  # more than one proposal's worth arrived: go on next iteration
                 self._kick(g)
 
@@ -302,8 +316,8 @@ class NodeServer:
             raise QuorumLogError("an append needs at least one body", ResponseCode.REQUEST_WITH_EMPTY_BODYS)
         if max(map(len, bodies)) > limit:
             raise QuorumLogError(f"entry body exceeds the maximum of {limit} bytes", ResponseCode.UNEXPECTED_ARGUMENT)
-        g.enqueue_append(conn, f, bodies, single)
-        self._kick(g)
+        if g.enqueue_append(conn, f, bodies, single):
+            self._kick(g)
 
     def _peer_frame(self, conn: Connection, f: Frame) -> None:
         msg = decode_message(f)
@@ -328,5 +342,7 @@ class NodeServer:
             "node": self.node_id, "cluster": self.cfg.cluster, "listen": self.listen,
             "admin": self.cfg.admin_listen, "uptime_s": round(time.time() - self.started, 3),
             "peers_connected": self.links.connected(),
+            "peer_refusals": self.links.refusals(),  # our HELLOs each peer refused
+            "hello_refusals": self.server.refusals.count if self.server is not None else 0,  # we refused
             "groups": {g.name: g.status() for g in groups},
         }

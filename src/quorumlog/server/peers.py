@@ -8,6 +8,7 @@ connections they open to it). Frames queued during one loop iteration leave in o
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from ..net.endpoint import Endpoint
 from ..net.errors import ConnectionClosedError
@@ -23,10 +24,11 @@ def split_address(addr: str) -> tuple[str, int]:
 
 
 class PeerLinks:
-    """Endpoints to every peer of every hosted group."""
+    """Endpoints to every peer of every hosted group. Each HELLO carries `groups`, the member digest of
+    every group this node hosts, so that a peer configured with other members refuses the link."""
 
     def __init__(self, node_id: str, peers: dict[str, str], *, cluster: str, secret: str | None,
-                 max_frame_bytes: int) -> None:
+                 max_frame_bytes: int, groups: Mapping[str, str] | None = None) -> None:
         self.node_id = node_id
         self.links: dict[str, Endpoint] = {}
         self.dropped = 0
@@ -37,7 +39,8 @@ class PeerLinks:
             host, port = split_address(addr)
             self.links[pid] = Endpoint(host, port, cluster=cluster, node_id=node_id, secret=secret,
                                        max_frame_bytes=max_frame_bytes, connect_timeout=2.0,
-                                       backoff_initial=0.02, backoff_max=0.5)
+                                       backoff_initial=0.02, backoff_max=0.5, groups=dict(groups or {}),
+                                       name=pid)
 
     def start(self) -> None:
         for ep in self.links.values():
@@ -58,6 +61,10 @@ class PeerLinks:
 
     def connected(self) -> dict[str, bool]:
         return {pid: ep.connected for pid, ep in self.links.items()}
+
+    def refusals(self) -> dict[str, int]:
+        """Handshakes each peer refused (a wrong cluster, secret or member list on one side)."""
+        return {pid: ep.refusals for pid, ep in self.links.items()}
 
     async def close(self) -> None:
         for ep in self.links.values():

@@ -58,6 +58,16 @@ class NodeStore(FileStore):
             self._raw_cache.clear()
             super().truncate_after(index)
 
+    def reset(self, begin_index: int, begin_pos: int, begin_chain: int, begin_term: int) -> None:
+        with self.io_lock:
+            self._raw_cache.clear()
+            super().reset(begin_index, begin_pos, begin_chain, begin_term)
+
+    def mark_damaged(self, index: int, reason: str) -> None:
+        with self.io_lock:
+            self._raw_cache.clear()
+            super().mark_damaged(index, reason)
+
     def expire(self, safe_index: int, now_s: float) -> int:
         with self.io_lock:
             return super().expire(safe_index, now_s)

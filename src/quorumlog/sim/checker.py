@@ -153,14 +153,18 @@ class Checker:
         if c < 0:
             return
         ref = self.ref
+        floor = store.begin_index - 1  # entries below it expired (or were skipped by a reset)
         if c < len(ref):
-            if chain_at(store, c) != self.ref_chain[c]:
+            if c >= floor and chain_at(store, c) != self.ref_chain[c]:
                 raise InvariantViolation(f"{node}: committed entry {c} differs from the committed log "
                                          f"(or an earlier one does)")
             return
-        if ref and chain_at(store, len(ref) - 1) != self.ref_chain[-1]:
+        if ref and len(ref) - 1 >= floor and chain_at(store, len(ref) - 1) != self.ref_chain[-1]:
             raise InvariantViolation(f"{node}: committed prefix up to {len(ref) - 1} differs from the "
                                      f"committed log")
+        if len(ref) <= floor:
+            raise InvariantViolation(f"{node}: log begins at {floor + 1}, past the committed log's "
+                                     f"known end {len(ref) - 1}")
         start = len(ref)
         while start <= c:
             raw, n = store.read_raw(start, c - start + 1, 1 << 24)
@@ -207,7 +211,8 @@ class Checker:
             store = self.stores(node)
             if store is None:
                 store = self._stopped_store(node)
-            if store is not None and chain_at(store, idx) == want:
+            # An entry below a store's begin was committed and then expired there: kept, not lost.
+            if store is not None and (idx < store.begin_index - 1 or chain_at(store, idx) == want):
                 holders += 1
         # Lost committed data on one node is a storage fault the protocol repairs, not a Raft fault.
         need = self.majority - len(self.damaged)

@@ -176,9 +176,10 @@ class Cluster:
             self._wipe(sim)
             return
         if ("corrupt" in self.faults and not self.checker.damaged and self.rng.random() < 0.3
-                and isinstance(store, MemoryStore) and store.committed_index >= 0):
+                and isinstance(store, MemoryStore) and store.end_index >= max(store.begin_index, 0)):
+            # Anything durable may be damaged: committed entries, and acknowledged ones past the commit.
             c = store.committed_index
-            cut = self.rng.randint(max(store.begin_index, c - 10), c)
+            cut = self.rng.randint(max(store.begin_index, min(c, store.end_index) - 10), store.end_index)
             store.lose_from(cut)
             self.checker.damaged.add(node_id)
             self.stats["corruptions"] += 1
@@ -439,7 +440,8 @@ class Cluster:
                 self.checker.on_checkpoint(i, sim.store)
                 sim.next_checkpoint = t + self.rng.randint(100, 400)
             if "expire" in self.faults and self.rng.random() < 0.02:
-                safe = node.expiry_safe_index(sim.now(t), SIM_MEMBER_TIMEOUT_MS)
+                # The checker must have seen entries committed before they may vanish.
+                safe = min(node.expiry_safe_index(sim.now(t), SIM_MEMBER_TIMEOUT_MS), len(self.checker.ref) - 1)
                 dropped = sim.store.expire(safe, 0.0)
                 if dropped:
                     self.stats["expired_entries"] += dropped

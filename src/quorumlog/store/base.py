@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn, Protocol
 
@@ -18,7 +18,7 @@ from ..entry import (
     Entry,
     check_entry,
 )
-from ..errors import CorruptEntryError, InvalidArgumentError
+from ..errors import CorruptEntryError, InvalidArgumentError, StoreError
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +36,11 @@ class Appended:
 
 @dataclass(frozen=True, slots=True)
 class Damage:
-    """Committed entries this store lost (found corrupt or missing at recovery and cut away).
+    """Entries this store lost although it may have acknowledged them: found corrupt or missing at
+    recovery at or below the checkpoint's committed index or durable end, or by a read (mark_damaged).
 
-    The node must not vote or lead until it has re-fetched up to `committed_index` from a leader.
+    `committed_index` is the highest index the node must re-fetch before it votes or leads again (the
+    higher of the committed index and the durable end it had); `first_bad_index` the first one lost.
     """
 
     first_bad_index: int
@@ -49,14 +51,29 @@ class Damage:
 class LogStore(Protocol):
     """A replica's log of one group. Indexes are dense from `begin_index` to `end_index`.
 
-    An empty log has end_index == begin_index - 1 (a fresh one: begin 0, end -1) and end_term 0.
-    Every method that changes the log raises DiskError once a write or sync has failed: the store
-    is then failed-stop and must be reopened (recovery decides what survived).
+    An empty log has end_index == begin_index - 1 (a fresh one: begin 0, end -1) and end_term ==
+    begin_term (0 for a fresh one). Every method that changes the log raises DiskError once a write or
+    sync has failed: the store is then failed-stop and must be reopened (recovery decides what survived).
     """
 
     @property
     def begin_index(self) -> int:
         """Index of the first entry held (end_index + 1 when empty)."""
+        ...
+
+    @property
+    def begin_term(self) -> int:
+        """Term of the entry at begin_index - 1 (0 for a log that starts at index 0); term_at answers it."""
+        ...
+
+    @property
+    def begin_pos(self) -> int:
+        """Byte position where the entry at begin_index starts (or would start)."""
+        ...
+
+    @property
+    def begin_chain(self) -> int:
+        """Chain CRC of the entry at begin_index - 1 (0 for a log that starts at index 0)."""
         ...
 
     @property
@@ -66,7 +83,7 @@ class LogStore(Protocol):
 
     @property
     def end_term(self) -> int:
-        """Term of the last entry, 0 when the log is empty."""
+        """Term of the last entry; begin_term when the log is empty."""
         ...
 
     @property
@@ -87,7 +104,20 @@ class LogStore(Protocol):
 
     @property
     def damage(self) -> Damage | None:
-        """Committed entries lost at recovery, until they are written again; else None."""
+        """Entries lost at recovery or by mark_damaged, until the end is back at damage.committed_index
+        (append_encoded then clears it and restores the committed index); else None."""
+        ...
+
+    @property
+    def identity(self) -> str | None:
+        """The recorded group identity; None for a pristine store (nothing ever written: no identity,
+        term, vote or entries); "" for a store that holds a term, vote or entries but no identity (written
+        before identities existed), so that the caller can record one."""
+        ...
+
+    def set_identity(self, identity: str) -> None:
+        """Record the group identity, durably before returning. The identity is opaque: a non-empty
+        string without newline, '=' or NUL (else InvalidArgumentError)."""
         ...
 
     def append(self, bodies: Sequence[bytes], term: int, magic: int = MAGIC_NORMAL) -> Appended:
@@ -108,20 +138,25 @@ class LogStore(Protocol):
         ...
 
     def get(self, index: int) -> Entry:
-        """The entry at `index`, CRC-checked. IndexOutOfRangeError outside [begin, end]."""
+        """The entry at `index`, CRC-checked. IndexOutOfRangeError outside [begin, end].
+
+        Every read raises CorruptEntryError with `index` set to the stored entry that failed its checks."""
         ...
 
     def read(self, start: int, max_count: int, max_bytes: int, include_control: bool = True) -> list[Entry]:
         """Entries from `start`, at most max_count and about max_bytes of bodies (at least one entry
-        when start is in range). Control entries (NOOP, CONFIG) are skipped unless include_control."""
+        when start is in range). Control entries (NOOP, CONFIG) are skipped unless include_control.
+        IndexOutOfRangeError below begin_index; nothing past end_index."""
         ...
 
     def read_raw(self, start: int, max_count: int, max_bytes: int) -> tuple[bytes, int]:
-        """Encoded entries from `start` (no blanks) as one bytes-like, and how many there are."""
+        """Encoded entries from `start` (no blanks) as one bytes-like, and how many there are.
+        IndexOutOfRangeError below begin_index (expired entries are never served); nothing past end."""
         ...
 
     def term_at(self, index: int) -> int:
-        """Term of the entry at `index`; 0 for index begin_index-1 when that is -1 (before any entry)."""
+        """Term of the entry at `index`; begin_term for begin_index - 1. IndexOutOfRangeError otherwise
+        outside [begin, end]. Never a term the data does not hold (CorruptEntryError instead)."""
         ...
 
     def set_committed(self, index: int) -> None:
@@ -130,6 +165,24 @@ class LogStore(Protocol):
 
     def truncate_after(self, index: int) -> None:
         """Drop every entry after `index`. Refuses (StoreError) to drop committed entries."""
+        ...
+
+    def reset(self, begin_index: int, begin_pos: int, begin_chain: int, begin_term: int) -> None:
+        """Discard every entry and start the log, empty, at begin_index (there are no snapshots: the log
+        is the state). The next entry goes at byte begin_pos and chains to begin_chain, so a leader's
+        entries begin_index.. verify and land byte for byte as the leader holds them. After it:
+        end_index == committed_index == durable_index == begin_index - 1, end_term == begin_term, and
+        no damage. Durable before returning. Refuses (StoreError) when committed_index >= begin_index, or
+        when the arguments cannot start a log (negative, a chain over 32 bits, no room for an entry at
+        begin_pos in its segment)."""
+        ...
+
+    def mark_damaged(self, index: int, reason: str) -> None:
+        """A read found the stored entry `index` corrupt while running: cut the log to end before it
+        (the one cut allowed below the committed index; to begin_index - 1 when index <= begin_index, and
+        further down past entries that do not read back either), record and persist Damage(first cut
+        index, the higher of the old committed and old end index, reason). The store stays writable so
+        that append_encoded can re-fetch the range. IndexOutOfRangeError when index > end_index."""
         ...
 
     def flush(self) -> int:
@@ -145,7 +198,9 @@ class LogStore(Protocol):
         ...
 
     def save_vote(self, term: int, voted_for: str | None) -> None:
-        """Persist (term, voted for) durably before returning."""
+        """Persist (term, voted for) durably before returning. voted_for is a member id, None, or "*"
+        (abstained: this term's vote counts as cast); InvalidArgumentError for a string no state file
+        can hold (empty, several lines, '=' or NUL)."""
         ...
 
     @property
@@ -160,8 +215,12 @@ class LogStore(Protocol):
         ...
 
     def expire(self, safe_index: int, now_s: float) -> int:
-        """Drop whole old segments whose entries are all <= safe_index (an index every peer holds)
-        and committed; return how many entries were dropped."""
+        """Drop whole old data segments (by position; never the one being written) whose entries are all
+        <= min(safe_index, committed, durable), safe_index being an index every peer holds; begin_index,
+        begin_pos, begin_chain and begin_term move to the first entry kept. A segment goes when last
+        written file_reserved_hours or more before now_s (FileStore: its file's mtime; MemoryStore: its
+        clock), or, in a FileStore, while disk use is at or past disk_clean_ratio. The new begin is
+        persisted before anything goes. Returns how many entries were dropped."""
         ...
 
     def close(self) -> None:
@@ -177,6 +236,36 @@ def place(write_pos: int, size: int, segment_bytes: int) -> int:
     plus a blank record would not fit (the rest of the segment then holds a blank record)."""
     seg_end = (write_pos // segment_bytes + 1) * segment_bytes
     return seg_end if write_pos + size + BLANK_SIZE > seg_end else write_pos
+
+
+def check_reset(begin_index: int, begin_pos: int, begin_chain: int, begin_term: int, committed_index: int,
+                segment_bytes: int) -> None:
+    """The checks of LogStore.reset, shared by both stores. begin_pos must be where an entry can start:
+    an empty one and a blank record after it fit in the rest of its segment."""
+    if begin_index < 0 or begin_pos < 0 or begin_term < 0 or not 0 <= begin_chain < 1 << 32 \
+            or place(begin_pos, HEADER_SIZE, segment_bytes) != begin_pos:
+        raise StoreError(f"refusing to reset the log: begin index {begin_index}, pos {begin_pos}, "
+                         f"chain {begin_chain}, term {begin_term} cannot start a log")
+    if committed_index >= begin_index:
+        raise StoreError(f"refusing to reset the log to begin at {begin_index}: entries up to "
+                         f"{committed_index} are committed")
+
+
+def expiry_point(starts: Sequence[int], first_index: Callable[[int], int | None], age_s: Callable[[int], float],
+                 limit: int, max_age_s: float, forced: bool) -> tuple[int, int] | None:
+    """The rule of LogStore.expire over the data segments starting at `starts` (in order): the new
+    (begin_index, begin_pos), or None when nothing expires. A segment goes with every one before it when
+    a later segment exists (never the one being written), the next segment's first entry is <= limit, and
+    it is old (age_s(start) >= max_age_s) or `forced`. The new first entry itself must be within the limit
+    (committed), not only the one before it: the log's begin position is where that entry lies, and an
+    uncommitted entry may yet be truncated and replaced by the leader's, placed elsewhere."""
+    point = None
+    for start, nxt in zip(starts, starts[1:], strict=False):
+        first_next = first_index(nxt)
+        if first_next is None or first_next > limit or (not forced and age_s(start) < max_age_s):
+            break
+        point = (first_next, nxt)
+    return point
 
 
 def check_bodies(bodies: Sequence[bytes], max_body: int) -> None:

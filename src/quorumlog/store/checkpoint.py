@@ -1,6 +1,6 @@
-"""The two small state files of a store: `checkpoint` and `currterm`, each replaced atomically.
+"""The small state files of a store: `checkpoint`, `currterm` and `identity`, each replaced atomically.
 
-Both are short `key=value` text files (as DLedger's checkpoint is) ending in a CRC line, so a file
+All are short `key=value` text files (as DLedger's checkpoint is) ending in a CRC line, so a file
 damaged in any other way than by a torn rename is recognised rather than misread.
 """
 
@@ -11,7 +11,7 @@ import os
 import zlib
 from dataclasses import dataclass
 
-from ..errors import StoreError
+from ..errors import InvalidArgumentError, StoreError, StoreStateError
 from .vfs import OsFiles
 
 
@@ -23,11 +23,30 @@ class Checkpoint:
     begin_index: int = 0
     begin_pos: int = 0
     begin_chain: int = 0  # chain CRC of the entry before begin_index (0 for a log from index 0)
+    begin_term: int = 0  # term of the entry before begin_index (0 for a log from index 0)
     end_index: int = -1
     committed_index: int = -1
     anchor_index: int = -1
     anchor_pos: int = -1
     anchor_chain: int = 0
+
+
+# Fields a checkpoint written by an older version lacks, read as their defaults.
+_OPTIONAL = frozenset({"begin_term"})
+_WHAT = {"checkpoint": "log bounds and committed index", "currterm": "term and vote", "identity": "group identity"}
+
+
+def move_aside(directory: str) -> str:
+    """The operator's way out when a store's state is lost (docs/operations.md)."""
+    return (f"Move the whole store directory {directory} aside (keep it for inspection) and restart the node: "
+            "it rejoins its group as a replacement replica and copies the log from the other members "
+            "(see docs/operations.md).")
+
+
+def check_token(value: str, what: str) -> None:
+    """A value stored in a state file: non-empty, one line, no '=' and no NUL."""
+    if not value or value.splitlines() != [value] or "=" in value or "\x00" in value:
+        raise InvalidArgumentError(f"invalid {what} {value!r}: must be non-empty, one line, without '=' or NUL")
 
 
 def _encode(fields: dict[str, object]) -> bytes:
@@ -52,7 +71,13 @@ def _decode(path: str) -> dict[str, str] | None:
             raise ValueError("CRC mismatch")
         return dict(line.split("=", 1) for line in body.splitlines())
     except ValueError as e:
-        raise StoreError(f"{path} is damaged ({e}); remove it to rebuild from the data files") from None
+        raise _damaged(path, str(e)) from None
+
+
+def _damaged(path: str, problem: str) -> StoreStateError:
+    directory, name = os.path.split(path)
+    return StoreStateError(f"{path} is damaged ({problem}): this replica's {_WHAT.get(name, name)} cannot be "
+                           f"trusted, so the store will not open. {move_aside(directory)}")
 
 
 def read_checkpoint(directory: str) -> Checkpoint:
@@ -60,9 +85,10 @@ def read_checkpoint(directory: str) -> Checkpoint:
     if fields is None:
         return Checkpoint()
     try:
-        return Checkpoint(**{f.name: int(fields[f.name]) for f in dataclasses.fields(Checkpoint)})
+        return Checkpoint(**{f.name: int(fields[f.name]) for f in dataclasses.fields(Checkpoint)
+                             if f.name in fields or f.name not in _OPTIONAL})
     except (KeyError, ValueError) as e:
-        raise StoreError(f"{directory}/checkpoint lacks or garbles {e}") from None
+        raise _damaged(os.path.join(directory, "checkpoint"), f"lacks or garbles {e}") from None
 
 
 def write_checkpoint(files: OsFiles, directory: str, cp: Checkpoint) -> None:
@@ -87,12 +113,28 @@ def read_stable(directory: str) -> StableState:
     try:
         return StableState(int(fields["term"]), fields["voted_for"] or None, fields.get("recovering") == "1")
     except (KeyError, ValueError) as e:
-        raise StoreError(f"{directory}/currterm lacks or garbles {e}") from None
+        raise _damaged(os.path.join(directory, "currterm"), f"lacks or garbles {e}") from None
 
 
 def write_stable(files: OsFiles, directory: str, state: StableState) -> None:
-    voted_for = state.voted_for
-    if voted_for is not None and (not voted_for or any(c in voted_for for c in "\n\r=\x00")):
-        raise StoreError(f"invalid member id {voted_for!r}")
+    """Persist `currterm`; voted_for may be a member id or "*" (abstained: the term's vote counts as cast)."""
+    if state.voted_for is not None:
+        check_token(state.voted_for, "member id")
     files.write_atomic(os.path.join(directory, "currterm"), _encode(
-        {"term": state.term, "voted_for": voted_for, "recovering": int(state.recovering)}))
+        {"term": state.term, "voted_for": state.voted_for, "recovering": int(state.recovering)}))
+
+
+def read_identity(directory: str) -> str | None:
+    """The recorded group identity, None when the store has no `identity` file."""
+    fields = _decode(os.path.join(directory, "identity"))
+    if fields is None:
+        return None
+    identity = fields.get("identity", "")
+    if not identity:
+        raise _damaged(os.path.join(directory, "identity"), "lacks the identity")
+    return identity
+
+
+def write_identity(files: OsFiles, directory: str, identity: str) -> None:
+    check_token(identity, "identity")
+    files.write_atomic(os.path.join(directory, "identity"), _encode({"identity": identity}))

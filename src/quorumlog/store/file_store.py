@@ -3,8 +3,10 @@
 Layout of one store directory (`<data-dir>/<group>/<node-id>/`):
   data/       fixed-size data segments: entries (48-byte header + body), blank records at segment ends
   index/      fixed-size index segments: a 32-byte unit per entry at offset index * 32
-  checkpoint  begin/end/committed index and a recovery anchor, replaced atomically
+  checkpoint  begin (index, pos, chain, term), durable end, committed index and a recovery anchor
   currterm    current term and voted-for, replaced atomically before a vote is answered
+  identity    the group identity the store was made for
+  lock        flock'ed by the process that has the store open; holds its pid
 """
 
 from __future__ import annotations
@@ -18,18 +20,14 @@ from ..config import StoreConfig
 from ..entry import (
     BLANK,
     BLANK_SIZE,
-    HEADER,
     HEADER_SIZE,
     INDEX_UNIT,
     INDEX_UNIT_SIZE,
     MAGIC_BLANK,
     MAGIC_NORMAL,
-    VALID_MAGICS,
-    Entry,
     encode_run,
 )
 from ..errors import (
-    CorruptCommittedError,
     CorruptEntryError,
     DiskError,
     DiskFullError,
@@ -37,15 +35,16 @@ from ..errors import (
     InvalidArgumentError,
     StoreError,
 )
-from .base import Appended, Damage, check_bodies, place, verify_run
-from .checkpoint import Checkpoint, StableState, read_checkpoint, read_stable, write_checkpoint, write_stable
-from .reader import RecentBatches, read_checked
-from .recovery import Scan, WalkError, scan, walk
+from .base import Appended, Damage, check_bodies, check_reset, expiry_point, place, verify_run
+from .checkpoint import Checkpoint, StableState, check_token, read_checkpoint, write_checkpoint
+from .dirlock import DirLock
+from .file_reads import FileReads
+from .reader import RecentBatches
+from .recovery import Scan, judge, scan
 from .segments import SegmentList
+from .stable import StableFiles
 from .vfs import OsFiles
 
-_unit = INDEX_UNIT.unpack_from
-_unpack_header = HEADER.unpack_from
 _pack_unit = INDEX_UNIT.pack_into
 _DISK_PROBE_INTERVAL_S = 0.1
 
@@ -55,12 +54,15 @@ def store_dir(data_dir: str | os.PathLike[str], group: str, node_id: str) -> str
     return os.path.join(os.fspath(data_dir), group, node_id)
 
 
-class FileStore:
+class FileStore(FileReads):
     """A LogStore on disk. Open it with FileStore(directory, config); recovery runs on open.
 
-    With repair=False (the default) recovery raises CorruptCommittedError when an entry at or
-    below the checkpointed committed index is damaged; with repair=True it cuts the log there and
-    reports the loss in `damage`, so the node can re-fetch the range before it votes again.
+    Opening takes the directory's lock (StoreLockedError when another open store holds it) and checks
+    the state files against the data (StoreStateError: the term and vote, or the data, are lost) before
+    anything on disk changes. With repair=False (the default) recovery raises CorruptCommittedError when
+    an entry at or below the checkpointed committed index or durable end is damaged or missing; with
+    repair=True it cuts the log there and reports the loss in `damage`, so the node can re-fetch the
+    range before it votes again.
     """
 
     def __init__(self, directory: str | os.PathLike[str], config: StoreConfig | None = None, *,
@@ -83,19 +85,16 @@ class FileStore:
         self._next_disk_probe = 0.0
         self.notes: list[str] = []  # what recovery repaired, for logs and check-store
         try:
-            os.makedirs(os.path.join(self.dir, "data"), exist_ok=True)
-            os.makedirs(os.path.join(self.dir, "index"), exist_ok=True)
+            os.makedirs(self.dir, exist_ok=True)
         except OSError as e:
             raise StoreError(f"cannot create store directory {self.dir}: {e.strerror}") from None
         if not os.access(self.dir, os.R_OK | os.W_OK | os.X_OK):
             raise StoreError(f"store directory {self.dir} is not readable and writable")
-        self.data = SegmentList(os.path.join(self.dir, "data"), self._seg, self.files)
-        self.index = SegmentList(os.path.join(self.dir, "index"), cfg.index_segment_bytes, self.files)
+        self._lock = DirLock(self.dir)  # before anything reads state that another process may change
         try:
-            self._recover(repair)
+            self._open(repair)
         except BaseException:
-            self.data.close()
-            self.index.close()
+            self._lock.release()
             raise
         self._flusher: threading.Thread | None = None
         self._stop = threading.Event()
@@ -104,35 +103,34 @@ class FileStore:
             self._flusher.start()
 
     # -- recovery ------------------------------------------------------------------------------
-    def _recover(self, repair: bool) -> None:
+    def _open(self, repair: bool) -> None:
+        cp = read_checkpoint(self.dir)
+        self._stable = StableFiles(self.dir, self.files, cp, os.path.exists(os.path.join(self.dir, "checkpoint")))
+        try:
+            os.makedirs(os.path.join(self.dir, "data"), exist_ok=True)
+            os.makedirs(os.path.join(self.dir, "index"), exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create store directory {self.dir}: {e.strerror}") from None
+        self.data = SegmentList(os.path.join(self.dir, "data"), self._seg, self.files)
+        self.index = SegmentList(os.path.join(self.dir, "index"), self.config.index_segment_bytes, self.files)
+        try:
+            self._recover(cp, repair)
+        except BaseException:
+            self.data.close()
+            self.index.close()
+            raise
+
+    def _recover(self, cp: Checkpoint, repair: bool) -> None:
         self.notes += self.data.load()
         self.notes += self.index.load(cache=True)
-        cp = read_checkpoint(self.dir)
-        self._stable = read_stable(self.dir)
         # Segments wholly before the checkpointed begin were being expired when the process stopped.
         if self.data.drop_before(cp.begin_pos - cp.begin_pos % self._seg):
             self.notes.append("removed data segments left over from an interrupted expiry")
         result: Scan = scan(self.data, self.index, cp, self._max_body)
         self.notes += result.notes
-        self._begin = cp.begin_index
-        self._begin_pos = cp.begin_pos
-        self._begin_chain = cp.begin_chain
-        committed = cp.committed_index
-        self._damage: Damage | None = None
-        if result.error is not None and result.next_index <= committed:
-            msg = (f"{self.dir}: committed entry {result.next_index} is damaged "
-                   f"(committed index {committed}): {result.error}")
-            if not repair:
-                raise CorruptCommittedError(msg, result.next_index)
-            self._damage = Damage(result.next_index, committed, result.error)
-            self.notes.append(msg + "; cut there, to be re-fetched from the leader")
-        elif result.next_index <= committed:
-            # Clean end, but entries the checkpoint calls committed are missing.
-            msg = f"{self.dir}: log ends at {result.next_index - 1} but entries up to {committed} were committed"
-            if not repair:
-                raise CorruptCommittedError(msg, result.next_index)
-            self._damage = Damage(result.next_index, committed, "missing committed entries")
-            self.notes.append(msg + "; to be re-fetched from the leader")
+        self._begin, self._begin_pos = cp.begin_index, cp.begin_pos
+        self._begin_chain, self._begin_term = cp.begin_chain, cp.begin_term
+        self._damage: Damage | None = judge(self.dir, result, cp, repair, self.notes)
         self._end = result.next_index - 1
         self._end_term = result.end_term
         self._chain = result.chain
@@ -140,18 +138,24 @@ class FileStore:
         if result.error is not None:
             self.notes.append(f"cut a torn or corrupt tail at entry {result.next_index} "
                               f"(pos {result.write_pos}): {result.error}")
-        # Nothing stale may remain past the end: zero the rest of the tail segment if a
-        # corrupt tail was cut, and drop any later segments of data and index.
+        # Nothing stale may remain past the end: zero the rest of the tail segment if a corrupt tail
+        # was cut, and drop later segments of data and index (all data segments when the one holding
+        # begin_pos is missing: a log with a hole cannot continue past it).
         if result.dirty_tail:
             seg_end = self._write_pos - self._write_pos % self._seg + self._seg
             self.data.zero(self._write_pos, seg_end)
-        self.data.drop_after(max(self._write_pos, self.data.start))
+        self.data.drop_after(self._write_pos)
         self.index.drop_after(max((self._end + 1) * INDEX_UNIT_SIZE, self.index.start))
-        self._committed = min(committed, self._end)
-        self._committed_floor = committed if self._damage else -1
+        self._committed = min(cp.committed_index, self._end)
+        # While damaged, the checkpoint keeps naming what was committed and what may have been
+        # acknowledged, so that a second crash does not forget the debt.
+        self._committed_floor = cp.committed_index if self._damage else -1
+        self._end_floor = self._damage.committed_index if self._damage else -1
         self.data.sync()
         self.index.sync()
         self._flushed = self._end
+        # What the checkpoint on disk names: a truncation below its durable end must lower that first.
+        self._cp_end, self._cp_committed = cp.end_index, cp.committed_index
         if result.error is not None or result.rebuilt or self._damage:
             self.checkpoint()
 
@@ -184,6 +188,30 @@ class FileStore:
     def damage(self) -> Damage | None:
         return self._damage
 
+    @property
+    def begin_term(self) -> int:
+        return self._begin_term
+
+    @property
+    def begin_pos(self) -> int:
+        return self._begin_pos
+
+    @property
+    def begin_chain(self) -> int:
+        return self._begin_chain
+
+    @property
+    def identity(self) -> str | None:
+        return self._stable.identity
+
+    def set_identity(self, identity: str) -> None:
+        self._check_writable()
+        check_token(identity, "identity")
+        try:
+            self._stable.set_identity(identity)
+        except OSError as e:
+            self._fail(e)
+
     # -- writes --------------------------------------------------------------------------------
     def _check_writable(self) -> None:
         if self._failed is not None:
@@ -209,6 +237,7 @@ class FileStore:
         positions: list[int] = []
         if not bodies:
             return Appended(first, term, positions)
+        self._before_entries()
         try:
             wp = self._write_pos
             seg_end = wp - wp % self._seg + self._seg
@@ -232,7 +261,23 @@ class FileStore:
                 self._write_run(bodies[start:], magic, index, term, self._write_pos, positions)
         except OSError as e:
             self._fail(e)
+        self._heal()
         return Appended(first, term, positions)
+
+    def _before_entries(self) -> None:
+        """`currterm` exists before the first entry does, so that entries without it mean it was lost."""
+        try:
+            self._stable.ensure_currterm()
+        except OSError as e:
+            self._fail(e)
+
+    def _heal(self) -> None:
+        """The lost entries are back: those committed before the loss are committed again."""
+        d = self._damage
+        if d is not None and self._end >= d.committed_index:
+            self._committed = max(self._committed, min(self._committed_floor, self._end))
+            self._damage = None
+            self._committed_floor = self._end_floor = -1
 
     def _write_run(self, bodies: Sequence[bytes], magic: int, first: int, term: int, pos: int,
                    positions: list[int]) -> None:
@@ -261,11 +306,11 @@ class FileStore:
     def append_encoded(self, data: bytes | bytearray | memoryview) -> int:
         self._check_writable()
         self._check_space()
-        prev_chain = self._chain if self._end >= self._begin or self._begin == 0 else self._begin_chain
-        run = verify_run(data, self._end + 1, self._write_pos, prev_chain, self._end_term,
+        run = verify_run(data, self._end + 1, self._write_pos, self._chain, self._end_term,
                          self._seg, self._max_body)
         if not run:
             return self._end
+        self._before_entries()
         mv = memoryview(data)
         units = bytearray(INDEX_UNIT_SIZE * len(run))
         first = run[0][3]
@@ -291,11 +336,7 @@ class FileStore:
         self._write_pos = wp
         self._end = last_index
         self._end_term = last_term
-        if self._damage is not None and self._end >= self._damage.committed_index:
-            # The lost committed entries are back: they are committed again.
-            self._committed = max(self._committed, self._damage.committed_index)
-            self._damage = None
-            self._committed_floor = -1
+        self._heal()
         return self._end
 
     def set_committed(self, index: int) -> None:
@@ -309,13 +350,20 @@ class FileStore:
             raise StoreError(f"refusing to truncate after {index}: entries up to {self._committed} are committed")
         if index < self._begin - 1:
             raise IndexOutOfRangeError(f"cannot truncate after {index}: log begins at {self._begin}")
+        if index < self._cp_end:
+            # Only the durable end changes: the truncated entries were never committed.
+            self._checkpoint(min(self._flushed, index), self._cp_committed)
+        self._cut(index)
+
+    def _cut(self, keep: int) -> None:
+        """Drop every entry after `keep`; the caller has made the checkpoint stop naming them as
+        durable, so that a crash part way cannot make recovery take the cut for lost entries."""
+        if keep >= self._begin:
+            _m, pos, size, _i, term = self._unit(keep)
+            new_wp, chain = pos + size, self._chain_at(pos)
+        else:
+            new_wp, term, chain = self._begin_pos, self._begin_term, self._begin_chain
         try:
-            if index >= self._begin:
-                _m, pos, size, _i, term = self._unit(index)
-                new_wp = pos + size
-                chain = int.from_bytes(self.data.view(pos + 36, 4), "big")
-            else:
-                new_wp, term, chain = self._begin_pos, 0, self._begin_chain
             old_wp = self._write_pos
             if self.data.find(old_wp) is self.data.find(new_wp):
                 self.data.zero(new_wp, old_wp)
@@ -324,17 +372,65 @@ class FileStore:
                 self.data.drop_after(new_wp)
             # Index units past the end are never read (reads stop at end_index) and are
             # overwritten by the next appends, so only whole later segments go.
-            self.index.drop_after(max((index + 1) * INDEX_UNIT_SIZE, self.index.start))
+            self.index.drop_after(max((keep + 1) * INDEX_UNIT_SIZE, self.index.start))
         except OSError as e:
             self._fail(e)
         self._recent.clear()
         with self._state_lock:
             self._epoch += 1
-            self._end = index
+            self._end = keep
             self._end_term = term
             self._chain = chain
             self._write_pos = new_wp
-            self._flushed = min(self._flushed, index)
+            self._flushed = min(self._flushed, keep)
+        self._committed = min(self._committed, keep)
+
+    def mark_damaged(self, index: int, reason: str) -> None:
+        self._check_writable()
+        if index > self._end:
+            raise IndexOutOfRangeError(f"cannot mark entry {index} damaged: the log ends at {self._end}")
+        keep = self._last_sound(max(index, self._begin) - 1)
+        # The node may have acknowledged everything up to its end: all of it is owed until re-fetched.
+        self._end_floor = max(self._end, self._end_floor)
+        self._committed_floor = max(self._committed, self._committed_floor)
+        self._damage = Damage(keep + 1, self._end_floor, reason)
+        self._checkpoint(min(self._flushed, keep))  # persists the debt
+        self._cut(keep)
+
+    def _last_sound(self, index: int) -> int:
+        """The highest index <= `index` whose entry (and chain to its predecessor) reads back intact;
+        begin_index - 1 if none: the cut must not leave a corrupt entry at the end."""
+        while index >= self._begin:
+            try:
+                self.read(index, 1, 0)
+                return index
+            except CorruptEntryError:
+                index -= 1
+        return self._begin - 1
+
+    def reset(self, begin_index: int, begin_pos: int, begin_chain: int, begin_term: int) -> None:
+        self._check_writable()
+        check_reset(begin_index, begin_pos, begin_chain, begin_term, self._committed, self._seg)
+        self._before_entries()
+        self._recent.clear()
+        with self._state_lock:
+            self._epoch += 1
+            self._begin, self._begin_pos, self._begin_chain, self._begin_term = (
+                begin_index, begin_pos, begin_chain, begin_term)
+            self._end, self._end_term, self._chain = begin_index - 1, begin_term, begin_chain
+            self._write_pos = begin_pos
+            self._committed = self._flushed = begin_index - 1
+            self._damage = None
+            self._committed_floor = self._end_floor = -1
+        # The checkpoint names the new, empty log before any file goes, so a crash from here on reopens
+        # at begin_index. The segments go last first (no hole); bytes a crash leaves at begin_pos are
+        # kept only if they chain to begin_chain (the same log), else cut as a torn tail.
+        self._checkpoint(self._flushed)
+        try:
+            self.data.clear()
+            self.index.clear()
+        except OSError as e:
+            self._fail(e)
 
     def flush(self) -> int:
         self._check_writable()
@@ -356,71 +452,76 @@ class FileStore:
 
     def checkpoint(self) -> None:
         self._check_writable()
-        # Only what is fsynced may be named: in async mode durable_index runs ahead of the disk.
-        committed = max(min(self._committed, self._flushed), self._committed_floor)
-        anchor = min(self._committed, self._flushed)
+        self._checkpoint(self._flushed)
+
+    def _checkpoint(self, flushed: int, committed: int | None = None) -> None:
+        """Write the checkpoint naming nothing past `flushed` as durable (only fsynced entries may be
+        named: in async mode durable_index runs ahead of the disk), except a damage's debt; and
+        `committed` as the committed index (by default the committed index as far as it is durable)."""
+        if committed is None:
+            committed = max(min(self._committed, flushed), self._committed_floor)
+        anchor = min(self._committed, flushed, committed)
+        apos, achain = -1, 0
         if anchor >= self._begin:
-            _m, apos, _s, _i, _t = self._unit(anchor)
-            achain = int.from_bytes(self.data.view(apos + 36, 4), "big")
-        else:
-            anchor, apos, achain = -1, -1, 0
+            try:
+                apos = self._unit(anchor)[1]
+                achain = self._chain_at(apos)
+            except CorruptEntryError:  # no anchor then: recovery scans from the begin and finds it
+                apos = -1
+        if apos < 0:
+            anchor = -1
+        end = max(flushed, self._end_floor)
         try:
             self.index.sync()
             write_checkpoint(self.files, self.dir, Checkpoint(
                 begin_index=self._begin, begin_pos=self._begin_pos, begin_chain=self._begin_chain,
-                end_index=self._flushed, committed_index=committed,
+                begin_term=self._begin_term, end_index=end, committed_index=committed,
                 anchor_index=anchor, anchor_pos=apos, anchor_chain=achain))
         except OSError as e:
             self._fail(e)
+        self._cp_end, self._cp_committed = end, committed
 
     def load_vote(self) -> tuple[int, str | None]:
-        return self._stable.term, self._stable.voted_for
+        return self._stable.state.term, self._stable.state.voted_for
 
     def save_vote(self, term: int, voted_for: str | None) -> None:
-        self._save_stable(StableState(term, voted_for, self._stable.recovering))
+        self._save_stable(StableState(term, voted_for, self._stable.state.recovering))
 
     @property
     def recovering(self) -> bool:
-        return self._stable.recovering
+        return self._stable.state.recovering
 
     def set_recovering(self, recovering: bool) -> None:
-        if recovering != self._stable.recovering:
-            self._save_stable(StableState(self._stable.term, self._stable.voted_for, recovering))
+        state = self._stable.state
+        if recovering != state.recovering:
+            self._save_stable(StableState(state.term, state.voted_for, recovering))
 
     def _save_stable(self, state: StableState) -> None:
         self._check_writable()
         try:
-            write_stable(self.files, self.dir, state)
+            self._stable.save(state)
         except OSError as e:
             self._fail(e)
-        self._stable = state
 
     def expire(self, safe_index: int, now_s: float) -> int:
         """Remove whole data segments (never the one being written) whose entries are all committed
-        and <= safe_index, when older than file_reserved_hours or while disk use is at or past
-        disk_clean_ratio. Returns how many entries were removed."""
+        and <= safe_index, when last written file_reserved_hours before now_s or while disk use is at
+        or past disk_clean_ratio. Returns how many entries were removed."""
         self._check_writable()
-        limit = min(safe_index, self._committed, self._flushed)  # never unsynced entries
-        segs = self.data.segments
-        drop = 0  # how many leading segments go
-        new_begin, new_pos = self._begin, self._begin_pos
-        max_age_s = self.config.file_reserved_hours * 3600
-        forced = self._disk_usage(self.dir) >= self.config.disk_clean_ratio
-        while drop < len(segs) - 1:
-            nxt = segs[drop + 1]
-            first_next = self._first_index_in(nxt.start)
-            if first_next is None or first_next - 1 > limit:
-                break
-            if not forced and now_s - self.files.mtime(segs[drop].path) < max_age_s:
-                break
-            drop += 1
-            new_begin, new_pos = first_next, nxt.start
-        if drop == 0:
+        paths = {seg.start: seg.path for seg in self.data.segments}
+        point = expiry_point(list(paths), self._first_index_in, lambda start: now_s - self.files.mtime(paths[start]),
+                             min(safe_index, self._committed, self._flushed),  # never unsynced entries
+                             self.config.file_reserved_hours * 3600,
+                             self._disk_usage(self.dir) >= self.config.disk_clean_ratio)
+        if point is None:
             return 0
-        _m, ppos, _s, _i, _t = self._unit(new_begin - 1)
-        removed = new_begin - self._begin
-        self._begin_chain = int.from_bytes(self.data.view(ppos + 36, 4), "big")
+        new_begin, new_pos = point
+        removed = new_begin - self._begin  # 0 when the first segment held only a blank record
+        if removed:
+            _m, ppos, _s, _i, pterm = self._unit(new_begin - 1)  # read before its segment goes
+            self._begin_chain, self._begin_term = self._chain_at(ppos), pterm
         self._begin, self._begin_pos = new_begin, new_pos
+        self._recent.drop_before(new_begin)
         # The checkpoint names the new begin before any file goes, so a crash in between is harmless.
         self.checkpoint()
         try:
@@ -449,125 +550,26 @@ class FileStore:
         self._closed = True
         self.data.close()
         self.index.close()
+        self._lock.release()
+
+    def abandon(self) -> None:
+        """Let go of the files and the lock as a killed process would: nothing flushed, checkpointed or
+        cleaned up (crash tests reopen the directory after it). Idempotent; close() after it does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._flusher is not None:
+            self._stop.set()
+            self._flusher.join()
+        self.data.close()
+        self.index.close()
+        self._lock.release()
 
     def __enter__(self) -> FileStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- reads ---------------------------------------------------------------------------------
-    def _unit(self, index: int) -> tuple[int, int, int, int, int]:
-        """The index unit of `index` (magic, pos, size, index, term), checked against the index."""
-        if not self._begin <= index <= self._end:
-            raise IndexOutOfRangeError(f"index {index} outside [{self._begin}, {self._end}]")
-        u = self._raw_unit(index)
-        return u if u is not None else self._rebuild_unit(index)
-
-    def _raw_unit(self, index: int) -> tuple[int, int, int, int, int] | None:
-        """The index unit of `index` if it looks sound, else None."""
-        seg = self.index.find(index * INDEX_UNIT_SIZE)
-        if seg is None:
-            return None
-        u = _unit(seg.view, index * INDEX_UNIT_SIZE - seg.start)
-        if u[3] != index or u[2] < HEADER_SIZE or u[0] not in VALID_MAGICS:
-            return None
-        return u
-
-    def _rebuild_unit(self, index: int) -> tuple[int, int, int, int, int]:
-        """Index units are a cache of the data: find the nearest sound unit before `index`, walk the
-        data from there and rewrite the units up to `index` (recovery checks only the tail's units)."""
-        j = index - 1
-        u = None
-        while j >= self._begin and (u := self._raw_unit(j)) is None:
-            j -= 1
-        if u is not None:
-            pos = u[1] + u[2]
-            chain: int | None = int.from_bytes(self.data.view(u[1] + 36, 4), "big")
-            term = u[4]
-        else:
-            pos, chain, term = self._begin_pos, self._begin_chain, 0
-        try:
-            for _view, _rel, h in walk(self.data, pos, j + 1, chain, term, self._max_body):
-                unit = (h[0], h[4], h[1], h[2], h[3])
-                self.index.write(h[2] * INDEX_UNIT_SIZE, INDEX_UNIT.pack(*unit))
-                if h[2] == index:
-                    self.notes.append(f"rebuilt index units {j + 1}..{index} from the data")
-                    return unit
-        except (WalkError, OSError) as e:
-            raise CorruptEntryError(f"{self.dir}: index unit of entry {index} is damaged and the data "
-                                    f"cannot rebuild it: {e}") from None
-        raise CorruptEntryError(f"{self.dir}: index unit of entry {index} is damaged; the data ends before it")
-
-    def _prev_chain(self, index: int) -> int | None:
-        if index > self._begin:
-            _m, pos, _s, _i, _t = self._unit(index - 1)
-            return int.from_bytes(self.data.view(pos + 36, 4), "big")
-        return self._begin_chain
-
-    def get(self, index: int) -> Entry:
-        self._unit(index)  # IndexOutOfRangeError outside [begin, end]
-        return self.read(index, 1, 0)[0]
-
-    def term_at(self, index: int) -> int:
-        if index == self._begin - 1 and index == -1:
-            return 0
-        return self._unit(index)[4]
-
-    def _iter_raw(self, start: int, max_count: int, max_bytes: int, control: bool = True,
-                  bodies: bool = False) -> list[tuple[memoryview, int, tuple]]:
-        """Checked entries from `start`: (segment view, offset in it, header) each. max_count counts
-        the entries returned (control entries are skipped unless `control`); max_bytes counts
-        whole entries, or only bodies when `bodies`."""
-        out: list[tuple[memoryview, int, tuple]] = []
-        if max_count <= 0 or start > self._end:
-            return out
-        _m, pos, _s, _i, _t = self._unit(start)
-        chain = self._prev_chain(start)
-        try:
-            return read_checked(self.data, pos, start, self._end, chain, max_count, max_bytes, control, bodies,
-                                self._max_body)
-        except CorruptEntryError as e:
-            raise CorruptEntryError(f"{self.dir}: {e}") from None
-
-    def read(self, start: int, max_count: int, max_bytes: int, include_control: bool = True) -> list[Entry]:
-        return [Entry(h[2], h[3], h[4], bytes(view[rel + HEADER_SIZE:rel + h[1]]), h[0])
-                for view, rel, h in self._iter_raw(start, max_count, max_bytes, include_control, True)]
-
-    def read_raw(self, start: int, max_count: int, max_bytes: int) -> tuple[bytes, int]:
-        parts: list[bytes] = []
-        count = used = 0
-        index = start
-        # Recently encoded batches first; the disk (with every entry checked) for the rest.
-        while count < max_count and (used < max_bytes or not count) and index <= self._end:
-            hit = self._recent.slice(index, max_count - count, max_bytes - used)
-            if hit is None:
-                break
-            parts.append(hit[0])
-            count += hit[1]
-            used += len(hit[0])
-            index += hit[1]
-        if count < max_count and (used < max_bytes or not count) and index <= self._end:
-            chunk, n = self._read_raw_disk(index, max_count - count, max_bytes - used)
-            parts.append(chunk)
-            count += n
-        if len(parts) == 1:
-            return parts[0], count
-        return b"".join(parts), count
-
-    def _read_raw_disk(self, start: int, max_count: int, max_bytes: int) -> tuple[bytes, int]:
-        items = self._iter_raw(start, max_count, max_bytes)
-        if not items:
-            return b"", 0
-        parts = []
-        run_view, run_start, run_end = items[0][0], items[0][1], items[0][1]
-        for view, rel, h in items:
-            if view is not run_view or rel != run_end:
-                parts.append(run_view[run_start:run_end])
-                run_view, run_start = view, rel
-            run_end = rel + h[1]
-        parts.append(run_view[run_start:run_end])
-        return (bytes(parts[0]) if len(parts) == 1 else b"".join(parts)), len(items)
 
     # -- failure -------------------------------------------------------------------------------
     def _fail(self, e: OSError) -> None:

@@ -2,33 +2,51 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..config import StoreConfig
 from ..entry import HEADER_SIZE, MAGIC_NORMAL, Entry, check_entry, encode_entry
-from ..errors import IndexOutOfRangeError, InvalidArgumentError, StoreError
-from .base import Appended, Damage, check_bodies, entry_from, place, verify_run
+from ..errors import CorruptEntryError, IndexOutOfRangeError, InvalidArgumentError, StoreError
+from .base import Appended, Damage, check_bodies, check_reset, entry_from, expiry_point, place, verify_run
+from .checkpoint import check_token
+
+
+def _at_zero() -> float:
+    return 0.0
 
 
 class MemoryStore:
     """Entries kept as their encoded bytes, positioned exactly as a FileStore with the same segment
-    size would place them, so memory and file replicas interoperate and digests agree."""
+    size would place them, so memory and file replicas interoperate and digests agree.
 
-    def __init__(self, config: StoreConfig | None = None) -> None:
+    Expiry follows the FileStore's rule over the same data segments (by position). A memory store has
+    no file times: a segment counts as last written at the `clock()` reading of its last write. The
+    default clock reads 0.0, so every segment is as old as now_s says; pass time.time to age them as
+    files age. Disk use never forces expiry.
+    """
+
+    def __init__(self, config: StoreConfig | None = None, *, clock: Callable[[], float] = _at_zero) -> None:
         self.config = config or StoreConfig()
         self._seg = self.config.data_segment_bytes
         self._max_body = self.config.max_body_bytes
+        self._clock = clock
         self._begin = 0
+        self._begin_pos = 0
+        self._begin_chain = 0
+        self._begin_term = 0
         self._raw: list[bytes] = []
         self._terms: list[int] = []
         self._chains: list[int] = []
+        self._written: dict[int, float] = {}  # data segment number -> clock() at its last write
         self._write_pos = 0
         self._committed = -1
         self._flushed = -1
         self._checkpointed_committed = -1
+        self._committed_floor = -1  # the committed index before a loss, restored when the damage heals
         self._vote: tuple[int, str | None] = (0, None)
         self._recovering = False
         self._damage: Damage | None = None
+        self._identity: str | None = None
 
     # -- state -------------------------------------------------------------------------------
     @property
@@ -36,12 +54,24 @@ class MemoryStore:
         return self._begin
 
     @property
+    def begin_term(self) -> int:
+        return self._begin_term
+
+    @property
+    def begin_pos(self) -> int:
+        return self._begin_pos
+
+    @property
+    def begin_chain(self) -> int:
+        return self._begin_chain
+
+    @property
     def end_index(self) -> int:
         return self._begin + len(self._raw) - 1
 
     @property
     def end_term(self) -> int:
-        return self._terms[-1] if self._terms else 0
+        return self._terms[-1] if self._terms else self._begin_term
 
     @property
     def committed_index(self) -> int:
@@ -59,41 +89,52 @@ class MemoryStore:
     def damage(self) -> Damage | None:
         return self._damage
 
+    @property
+    def identity(self) -> str | None:
+        return self._identity
+
+    def set_identity(self, identity: str) -> None:
+        check_token(identity, "identity")
+        self._identity = identity
+
     # -- writes ------------------------------------------------------------------------------
     def append(self, bodies: Sequence[bytes], term: int, magic: int = MAGIC_NORMAL) -> Appended:
         check_bodies(bodies, self._max_body)
         if term < self.end_term:
             raise InvalidArgumentError(f"term {term} is below the log's end term {self.end_term}")
         first = self.end_index + 1
-        chain = self._chains[-1] if self._chains else 0
+        chain = self._chains[-1] if self._chains else self._begin_chain
         positions = []
         wp = self._write_pos
         for i, body in enumerate(bodies):
             size = HEADER_SIZE + len(body)
             pos = place(wp, size, self._seg)
             raw, chain = encode_entry(magic, first + i, term, pos, body, chain)
-            self._raw.append(raw)
-            self._terms.append(term)
-            self._chains.append(chain)
+            self._add(raw, term, chain, wp, pos)
             positions.append(pos)
             wp = pos + size
-        self._write_pos = wp
         self._heal()
         return Appended(first, term, positions)
 
     def append_encoded(self, data: bytes | bytearray | memoryview) -> int:
-        prev_chain = self._chains[-1] if self._chains else (0 if self._begin == 0 else None)
+        prev_chain = self._chains[-1] if self._chains else self._begin_chain
         run = verify_run(data, self.end_index + 1, self._write_pos, prev_chain, self.end_term,
                          self._seg, self._max_body)
         mv = memoryview(data)
         for off, pos, size, _index, term, _magic in run:
             raw = bytes(mv[off:off + size])
-            self._raw.append(raw)
-            self._terms.append(term)
-            self._chains.append(int.from_bytes(raw[36:40], "big"))
-            self._write_pos = pos + size
+            self._add(raw, term, int.from_bytes(raw[36:40], "big"), self._write_pos, pos)
         self._heal()
         return self.end_index
+
+    def _add(self, raw: bytes, term: int, chain: int, wp: int, pos: int) -> None:
+        """Hold one entry placed at `pos` (a roll from `wp` writes a blank into wp's segment)."""
+        self._raw.append(raw)
+        self._terms.append(term)
+        self._chains.append(chain)
+        now = self._clock()
+        self._written[wp // self._seg] = self._written[pos // self._seg] = now
+        self._write_pos = pos + len(raw)
 
     def set_committed(self, index: int) -> None:
         self._committed = max(self._committed, min(index, self.end_index))
@@ -105,15 +146,48 @@ class MemoryStore:
             raise StoreError(f"refusing to truncate after {index}: entries up to {self._committed} are committed")
         if index < self._begin - 1:
             raise IndexOutOfRangeError(f"cannot truncate after {index}: log begins at {self._begin}")
-        keep = index - self._begin + 1
-        if keep > 0:
-            last = self._raw[keep - 1]
+        self._cut(index)
+
+    def _cut(self, keep: int) -> None:
+        """Drop every entry after `keep` (no check: the callers decide what may go)."""
+        n = keep - self._begin + 1
+        if n > 0:
+            last = self._raw[n - 1]
             self._write_pos = int.from_bytes(last[24:32], "big") + len(last)
         else:
-            first = self._raw[0]
-            self._write_pos = int.from_bytes(first[24:32], "big")
-        del self._raw[keep:], self._terms[keep:], self._chains[keep:]
+            self._write_pos = self._begin_pos
+        del self._raw[n:], self._terms[n:], self._chains[n:]
+        seg = self._write_pos // self._seg  # as the file store deletes the later segment files
+        self._written = {k: t for k, t in self._written.items() if k <= seg}
         self._flushed = min(self._flushed, self.end_index)
+        self._committed = min(self._committed, self.end_index)
+
+    def reset(self, begin_index: int, begin_pos: int, begin_chain: int, begin_term: int) -> None:
+        check_reset(begin_index, begin_pos, begin_chain, begin_term, self._committed, self._seg)
+        self._begin, self._begin_pos, self._begin_chain, self._begin_term = (
+            begin_index, begin_pos, begin_chain, begin_term)
+        self._raw, self._terms, self._chains, self._written = [], [], [], {}
+        self._write_pos = begin_pos
+        self._committed = self._flushed = self._checkpointed_committed = begin_index - 1
+        self._damage = None
+        self._committed_floor = -1
+
+    def mark_damaged(self, index: int, reason: str) -> None:
+        if index > self.end_index:
+            raise IndexOutOfRangeError(f"cannot mark entry {index} damaged: the log ends at {self.end_index}")
+        keep = max(index, self._begin) - 1
+        while keep >= self._begin:  # the cut must not leave a corrupt entry at the end
+            try:
+                self.get(keep)
+                break
+            except CorruptEntryError:
+                keep -= 1
+        owed = max(self.end_index, self._damage.committed_index if self._damage else -1)
+        self._committed_floor = max(self._committed, self._committed_floor, self._checkpointed_committed)
+        self._damage = Damage(keep + 1, owed, reason)
+        # persisted at once, as the file store's checkpoint does: the debt survives a crash
+        self._checkpointed_committed = max(self._checkpointed_committed, self._committed_floor)
+        self._cut(keep)
 
     def flush(self) -> int:
         self._flushed = self.end_index
@@ -127,6 +201,8 @@ class MemoryStore:
         return self._vote
 
     def save_vote(self, term: int, voted_for: str | None) -> None:
+        if voted_for is not None:
+            check_token(voted_for, "member id")
         self._vote = (term, voted_for)
 
     @property
@@ -137,8 +213,26 @@ class MemoryStore:
         self._recovering = recovering
 
     def expire(self, safe_index: int, now_s: float) -> int:
-        """Memory holds no segment files: nothing expires."""
-        return 0
+        if not self._raw:
+            return 0
+        first_in: dict[int, int] = {}  # data segment start -> index of the first entry starting in it
+        for i, raw in enumerate(self._raw):
+            first_in.setdefault(int.from_bytes(raw[24:32], "big") // self._seg * self._seg, self._begin + i)
+        starts = list(range(self._begin_pos - self._begin_pos % self._seg, self._write_pos, self._seg))
+        point = expiry_point(starts, first_in.get, lambda start: now_s - self._written.get(start // self._seg, 0.0),
+                             min(safe_index, self._committed, self._flushed),
+                             self.config.file_reserved_hours * 3600, False)
+        if point is None:
+            return 0
+        new_begin, new_pos = point
+        k = new_begin - self._begin  # 0 when the first segment held only a blank record
+        if k:
+            self._begin_chain, self._begin_term = self._chains[k - 1], self._terms[k - 1]
+            del self._raw[:k], self._terms[:k], self._chains[:k]
+        self._begin, self._begin_pos = new_begin, new_pos
+        self._written = {s: t for s, t in self._written.items() if s >= new_pos // self._seg}
+        self.checkpoint()  # as the file store persists the new begin
+        return k
 
     def close(self) -> None:
         self.flush()
@@ -150,12 +244,20 @@ class MemoryStore:
             raise IndexOutOfRangeError(f"index {index} outside [{self._begin}, {self.end_index}]")
         return index - self._begin
 
+    def _below_begin(self, start: int) -> None:
+        if start < self._begin:
+            raise IndexOutOfRangeError(f"index {start} is below the log's first index {self._begin}")
+
     def get(self, index: int) -> Entry:
         raw = self._raw[self._slot(index)]
-        h = check_entry(raw, 0, None, self._max_body)
+        try:
+            h = check_entry(raw, 0, None, self._max_body)
+        except CorruptEntryError as e:
+            raise CorruptEntryError(f"entry {index}: {e}", index=index) from None
         return entry_from(raw, 0, len(raw), h)
 
     def read(self, start: int, max_count: int, max_bytes: int, include_control: bool = True) -> list[Entry]:
+        self._below_begin(start)
         out: list[Entry] = []
         if start > self.end_index or max_count <= 0:
             return out
@@ -170,6 +272,7 @@ class MemoryStore:
         return out
 
     def read_raw(self, start: int, max_count: int, max_bytes: int) -> tuple[bytes, int]:
+        self._below_begin(start)
         if start > self.end_index or max_count <= 0:
             return b"", 0
         i = self._slot(start)
@@ -181,37 +284,41 @@ class MemoryStore:
         return b"".join(self._raw[i:j]), j - i
 
     def term_at(self, index: int) -> int:
-        if index == self._begin - 1 and index == -1:
-            return 0
+        if index == self._begin - 1:
+            return self._begin_term
         return self._terms[self._slot(index)]
 
     # -- simulation hooks --------------------------------------------------------------------
     def crash(self) -> None:
-        """Lose what a crash loses: the unflushed tail (flush "sync") and the in-memory commit index."""
+        """Lose what a crash loses: the unflushed tail (flush "sync") and the in-memory commit index.
+        The identity, term, vote and the log's begin are persisted at once, so they survive."""
         if self.config.flush == "sync":
             self.truncate_to_durable()
         self._committed = min(self._checkpointed_committed, self.end_index)
         if self._checkpointed_committed > self.end_index and self._damage is None:
+            self._committed_floor = self._checkpointed_committed
             self._damage = Damage(self.end_index + 1, self._checkpointed_committed, "lost in crash")
 
     def truncate_to_durable(self) -> None:
-        keep = self._flushed - self._begin + 1
-        if keep < len(self._raw):
+        if self._flushed < self.end_index:
             committed = self._committed
-            self._committed = -1
-            self.truncate_after(self._flushed)
+            self._cut(max(self._flushed, self._begin - 1))
             self._committed = min(committed, self.end_index)
 
     def lose_from(self, index: int) -> None:
         """Simulate corruption found at recovery: cut entries from `index` on, even committed ones."""
         committed = max(self._committed, self._checkpointed_committed)
-        self._committed = -1
-        self.truncate_after(index - 1)
+        # Every entry still held after a crash was durable, so this node may have acknowledged it.
+        durable_end = self.end_index
+        self._cut(max(index, self._begin) - 1)
         self._committed = min(committed, self.end_index)
-        if committed >= index:
-            self._damage = Damage(index, committed, "corrupt entries cut at recovery")
+        if durable_end >= index:
+            self._committed_floor = committed
+            self._damage = Damage(index, max(committed, durable_end), "corrupt entries cut at recovery")
 
     def _heal(self) -> None:
-        if self._damage is not None and self.end_index >= self._damage.committed_index:
-            self._committed = max(self._committed, self._damage.committed_index)
+        d = self._damage
+        if d is not None and self.end_index >= d.committed_index:
+            self._committed = max(self._committed, min(self._committed_floor, self.end_index))
             self._damage = None
+            self._committed_floor = -1

@@ -31,7 +31,7 @@ def read_checked(data: SegmentList, pos: int, start: int, end: int, chain: int |
     # The checks of entry.check_entry, inlined: this loop is the read path's per-entry cost.
     while index <= end and len(out) < max_count and (used < max_bytes or not out):
         if seg is None:
-            raise CorruptEntryError(f"entry {index} at pos {pos} is outside the data segments")
+            raise CorruptEntryError(f"entry {index} at pos {pos} is outside the data segments", index=index)
         view = seg.view
         rel = pos - seg.start
         if rel + HEADER_SIZE > seg_bytes:
@@ -57,7 +57,7 @@ def read_checked(data: SegmentList, pos: int, start: int, end: int, chain: int |
         elif crc32(view[rel + HEADER_SIZE:rel + size]) != h[7]:
             problem = "body CRC mismatch"
         if problem is not None:
-            raise CorruptEntryError(f"entry {index} at pos {pos}: {problem}")
+            raise CorruptEntryError(f"entry {index} at pos {pos}: {problem}", index=index)
         if control or magic == MAGIC_NORMAL:
             add((view, rel, h))
         chain = h[6]
@@ -65,7 +65,6 @@ def read_checked(data: SegmentList, pos: int, start: int, end: int, chain: int |
         pos += size
         index += 1
     return out
-
 
 
 class RecentBatches:
@@ -80,6 +79,11 @@ class RecentBatches:
 
     def clear(self) -> None:
         self._runs.clear()
+
+    def drop_before(self, index: int) -> None:
+        """Forget batches wholly below `index` (expired entries must never be served)."""
+        while self._runs and self._runs[0][1] < index:
+            self._runs.popleft()
 
     def slice(self, index: int, max_count: int, max_bytes: int) -> tuple[bytes, int] | None:
         """Encoded entries from `index` within one remembered batch, cut as read_raw cuts (whole

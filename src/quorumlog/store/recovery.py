@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..entry import HEADER_SIZE, INDEX_UNIT, INDEX_UNIT_SIZE, MAGIC_BLANK, check_entry
-from ..errors import CorruptEntryError
+from ..errors import CorruptCommittedError, CorruptEntryError
+from .base import Damage
 from .checkpoint import Checkpoint
 from .segments import SegmentList
 
@@ -67,7 +68,7 @@ def scan(data: SegmentList, index: SegmentList, cp: Checkpoint, max_body: int) -
             notes.append("checkpoint anchor unusable or index incomplete: scanned the whole log")
         if index.segments and index.start > cp.begin_index * INDEX_UNIT_SIZE:
             index.drop_before(index.end)  # an index with a hole at its start is rebuilt whole
-        pos, idx, chain, term = cp.begin_pos, cp.begin_index, cp.begin_chain, 0
+        pos, idx, chain, term = cp.begin_pos, cp.begin_index, cp.begin_chain, cp.begin_term
     result = Scan(idx, pos, chain, term, notes=notes)
     _walk(data, index, result, max_body)
     if result.rebuilt:
@@ -133,3 +134,25 @@ def _walk(data: SegmentList, index: SegmentList, r: Scan, max_body: int) -> None
     except WalkError as e:
         r.error, r.dirty_tail = str(e), True
         r.write_pos = e.pos
+
+
+def judge(directory: str, result: Scan, cp: Checkpoint, repair: bool, notes: list[str]) -> Damage | None:
+    """Did the scan stop short of entries this node may have acknowledged (at or below the checkpoint's
+    committed index or durable end)? Those were lost, not torn, and are never cut silently: raise
+    CorruptCommittedError, or with `repair` return the Damage to record. Past the durable end a bad
+    entry is a torn write, cut without a word here."""
+    owed = max(cp.committed_index, cp.end_index)
+    first = result.next_index
+    if first > owed:
+        return None
+    kind = "committed" if first <= cp.committed_index else "durable"
+    if result.error is not None:
+        msg = (f"{directory}: {kind} entry {first} is damaged (committed index {cp.committed_index}, "
+               f"durable end {cp.end_index}): {result.error}")
+    else:
+        msg = (f"{directory}: log ends at {first - 1} but entries up to {owed} were durable "
+               f"(committed index {cp.committed_index})")
+    if not repair:
+        raise CorruptCommittedError(msg, first)
+    notes.append(msg + "; cut there, to be re-fetched from the leader")
+    return Damage(first, owed, result.error or "missing durable entries")

@@ -248,6 +248,14 @@ class SegmentList:
             self.files.fsync_dir(self.dir)
         return n
 
+    def clear(self) -> None:
+        """Delete every segment, the last first: a crash part way leaves a contiguous run from the start,
+        never one with a hole."""
+        with self.lock:
+            while self.segments:
+                self._release(self.segments.pop())
+        self.files.fsync_dir(self.dir)
+
     def _release(self, seg: Segment) -> None:
         self._close(seg)
         with self._dirty_lock:

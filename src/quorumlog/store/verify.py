@@ -81,7 +81,7 @@ def verify_store(directory: str, max_body: int = MAX_BODY_BYTES) -> StoreReport:
     files = _ReadOnlyFiles()
     data_size = _segment_size(data_dir)
     if data_size is None:
-        report.end_index = cp.begin_index - 1
+        report.end_index, report.end_term = cp.begin_index - 1, cp.begin_term
         if cp.committed_index >= cp.begin_index:
             report.errors.append({"file": "data", "offset": 0,
                                   "problem": f"no data files, but entries up to {cp.committed_index} are committed"})
@@ -118,7 +118,7 @@ def _walk_all(data: SegmentList, index: SegmentList, cp: Checkpoint, max_body: i
     pos = max(cp.begin_pos, data.start)
     expected = cp.begin_index
     chain: int | None = cp.begin_chain if pos == cp.begin_pos else None
-    term = 0
+    term = cp.begin_term
     while True:
         try:
             for view, rel, h in walk(data, pos, expected, chain, term, max_body):

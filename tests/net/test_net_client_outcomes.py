@@ -1,0 +1,69 @@
+"""How AsyncClient treats an append whose outcome it cannot know: with retry_uncertain=False it never
+sends it again (a lost connection with the request in flight, TERM_CHANGED); a definite refusal
+(NOT_LEADER) is retried either way. The other end is a socket server that answers as a node would."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from quorumlog.client import AsyncClient
+from quorumlog.errors import AppendUncertainError, ResponseCode
+from quorumlog.net import schemas as sc
+from quorumlog.net import serve
+from quorumlog.net.bodies import encode_error
+from quorumlog.net.connection import Connection
+from quorumlog.net.frames import Frame
+from quorumlog.net.ops import Op
+
+CLUSTER = "test"
+HOST = "127.0.0.1"
+
+
+@pytest.mark.parametrize("first,retry_uncertain,uncertain", [
+    ("drop", False, True),
+    ("term_changed", False, True),
+    ("drop", True, False),
+    ("term_changed", True, False),
+    ("not_leader", False, False),
+])
+def test_uncertain_appends_are_sent_once_unless_the_caller_allows_more(first: str, retry_uncertain: bool,
+                                                                       uncertain: bool) -> None:
+    appends: list[bytes] = []
+
+    async def main() -> None:
+        addr: list[str] = []
+
+        def node(conn: Connection, f: Frame) -> bytes | None:
+            if f.op == Op.METADATA:
+                return sc.METADATA_RESPONSE.encode(200, "g0", "s0", 1, {"s0": addr[0]})
+            if f.op != Op.APPEND:
+                return encode_error(ResponseCode.UNSUPPORTED)
+            appends.append(sc.APPEND_REQUEST.decode(f.body).body)
+            if len(appends) > 1:
+                return sc.APPEND_RESPONSE.encode(200, 7, 1, 0)
+            if first == "drop":  # as a node that dies with the append in flight
+                conn.close("node shutting down", goodbye=ResponseCode.SUCCESS)
+                return None
+            if first == "term_changed":
+                return encode_error(ResponseCode.TERM_CHANGED, "node s0 shut down before the append committed")
+            return encode_error(ResponseCode.NOT_LEADER, "node s0 is shutting down")
+
+        async with await serve(HOST, 0, node, cluster=CLUSTER, node_id="s0") as server:
+            addr.append(f"{HOST}:{server.port}")
+            async with AsyncClient(addr[0], cluster=CLUSTER, retry_uncertain=retry_uncertain,
+                                   retry_timeout=10) as client:
+                if uncertain:
+                    with pytest.raises(AppendUncertainError):
+                        await client.append(b"once")
+                else:
+                    assert (await client.append(b"once")).index == 7
+
+    async def bounded() -> Any:
+        async with asyncio.timeout(30):
+            await main()
+
+    asyncio.run(bounded())
+    assert appends == ([b"once"] if uncertain else [b"once", b"once"])

@@ -1,0 +1,230 @@
+"""Damage on disk: what recovery may cut silently and what it must report, damage found while running,
+the index of the entry every read error names, and index units checked against the data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from store_helpers import log_of, small_config
+
+from quorumlog.entry import HEADER_SIZE, INDEX_UNIT, INDEX_UNIT_SIZE
+from quorumlog.errors import CorruptCommittedError, CorruptEntryError
+from quorumlog.store import MemoryStore
+from quorumlog.store.checkpoint import read_checkpoint
+from quorumlog.store.file_store import FileStore
+
+CFG = small_config(data_segment_bytes=16 * 1024, index_segment_bytes=32 * 16, max_body_bytes=4096)
+SEG = CFG.data_segment_bytes
+
+
+def nz_body(i: int, n: int) -> bytes:
+    return bytes(1 + (i * 31 + j) % 255 for j in range(n))
+
+
+def poke(d: Path, pos: int, data: bytes) -> None:
+    with open(d / "data" / f"{pos - pos % SEG:020d}", "r+b") as f:
+        f.seek(pos % SEG)
+        f.write(data)
+
+
+def poke_unit(d: Path, index: int, field_at: int, data: bytes) -> None:
+    off = index * INDEX_UNIT_SIZE
+    size = CFG.index_segment_bytes
+    with open(d / "index" / f"{off - off % size:020d}", "r+b") as f:
+        f.seek(off % size + field_at)
+        f.write(data)
+
+
+def unit_bytes(d: Path, index: int) -> bytes:
+    off = index * INDEX_UNIT_SIZE
+    size = CFG.index_segment_bytes
+    with open(d / "index" / f"{off - off % size:020d}", "rb") as f:
+        f.seek(off % size)
+        return f.read(INDEX_UNIT_SIZE)
+
+
+def closed_store(d: Path, n: int = 30, committed: int = 10) -> list:
+    """n entries in terms 1.., committed up to `committed`, closed: the checkpoint names n - 1 durable
+    and its recovery anchor is entry `committed`."""
+    s = FileStore(d, CFG)
+    for i in range(n):
+        s.append([nz_body(i, 200)], 1 + i // 7)
+    s.set_committed(committed)
+    log = log_of(s)
+    s.close()
+    return log
+
+
+def leader_of(log: list) -> MemoryStore:
+    leader = MemoryStore(CFG)
+    for e in log:
+        leader.append([e[4]], e[1], e[3])
+    return leader
+
+
+# -- recovery: the checkpoint's durable end ----------------------------------------------------------
+def test_corrupt_entry_below_the_durable_end_is_damage_not_a_torn_tail(tmp_path: Path) -> None:
+    d = tmp_path / "s"
+    log = closed_store(d)
+    poke(d, log[20][2] + HEADER_SIZE + 7, b"\x00")  # past committed 10, below the durable end 29
+    with pytest.raises(CorruptCommittedError) as info:
+        FileStore(d, CFG)
+    assert info.value.first_bad_index == 20 and "durable entry 20 is damaged" in str(info.value)
+    s = FileStore(d, CFG, repair=True)
+    try:
+        assert s.damage is not None and (s.damage.first_bad_index, s.damage.committed_index) == (20, 29)
+        assert s.committed_index == 10 and s.end_index == 19
+        s.append_encoded(leader_of(log).read_raw(20, 100, 1 << 20)[0])
+        assert s.damage is None and s.committed_index == 10  # committed again only what was committed
+    finally:
+        s.close()
+
+
+def test_missing_durable_tail_segment_is_damage(tmp_path: Path) -> None:
+    d = tmp_path / "s"
+    s = FileStore(d, CFG)
+    for i in range(30):
+        s.append([nz_body(i, 1500)], 1)
+    log = log_of(s)
+    s.close()
+    last_seg = log[-1][2] - log[-1][2] % SEG
+    os.unlink(d / "data" / f"{last_seg:020d}")
+    first_lost = next(e[0] for e in log if e[2] >= last_seg)
+    with pytest.raises(CorruptCommittedError) as info:
+        FileStore(d, CFG)
+    assert info.value.first_bad_index == first_lost
+
+
+def test_truncation_below_the_durable_end_is_not_taken_for_loss(tmp_path: Path) -> None:
+    """A truncation lowers the checkpoint's durable end before it zeroes anything, so that the entries
+    it removed are not reported lost after a crash."""
+    d = tmp_path / "s"
+    log = closed_store(d, committed=3)
+    s = FileStore(d, CFG)
+    s.truncate_after(5)
+    assert read_checkpoint(str(d)).end_index <= 5
+    s.append([b"new six", b"new seven"], 9)
+    s.abandon()  # crash before any flush or checkpoint
+    s = FileStore(d, CFG)
+    try:
+        assert s.damage is None and log_of(s)[:6] == log[:6]
+        assert [e[4] for e in log_of(s)[6:]] == [b"new six", b"new seven"]
+    finally:
+        s.close()
+
+
+# -- damage found while running ----------------------------------------------------------------------
+def test_marked_damage_survives_a_restart(tmp_path: Path) -> None:
+    d = tmp_path / "s"
+    log = closed_store(d)
+    s = FileStore(d, CFG)
+    s.mark_damaged(8, "body CRC mismatch")  # below the committed index: allowed here only
+    assert s.end_index == 7 and s.committed_index == 7
+    s.abandon()  # even without a close
+    with pytest.raises(CorruptCommittedError) as info:
+        FileStore(d, CFG)
+    assert info.value.first_bad_index == 8
+    s = FileStore(d, CFG, repair=True)
+    try:
+        assert s.damage is not None and (s.damage.first_bad_index, s.damage.committed_index) == (8, 29)
+        s.append_encoded(leader_of(log).read_raw(8, 100, 1 << 20)[0])
+        assert s.damage is None and s.committed_index == 10 and log_of(s) == log
+    finally:
+        s.close()
+
+
+def test_mark_damaged_also_cuts_corrupt_entries_before_it(tmp_path: Path) -> None:
+    d = tmp_path / "s"
+    log = closed_store(d, committed=25)
+    poke(d, log[6][2] + HEADER_SIZE + 1, b"\x00")  # below the anchor: not read at open
+    poke(d, log[7][2] + HEADER_SIZE + 1, b"\x00")
+    s = FileStore(d, CFG)
+    try:
+        with pytest.raises(CorruptEntryError) as info:
+            s.read(5, 100, 1 << 20)
+        assert info.value.index == 6
+        s.mark_damaged(8, "entry 8 looked bad")
+        assert s.end_index == 5 and s.damage is not None and s.damage.first_bad_index == 6
+        assert log_of(s) == log[:6]
+    finally:
+        s.close()
+
+
+# -- the index of the entry a read error names ---------------------------------------------------------
+def test_read_errors_name_the_entry(tmp_path: Path) -> None:
+    d = tmp_path / "s"
+    log = closed_store(d, committed=25)
+    poke(d, log[3][2] + HEADER_SIZE, b"\x00")
+    s = FileStore(d, CFG)
+    try:
+        for read in (lambda: s.get(3), lambda: s.read(0, 100, 1 << 20), lambda: s.read_raw(2, 5, 1 << 20)):
+            with pytest.raises(CorruptEntryError) as info:
+                read()
+            assert info.value.index == 3
+        with pytest.raises(CorruptEntryError) as info:  # a pushed batch is not a stored entry
+            s.append_encoded(b"\x00" * 60)
+        assert info.value.index is None
+    finally:
+        s.close()
+
+
+def test_memory_store_read_errors_name_the_entry() -> None:
+    s = MemoryStore(CFG)
+    s.append([nz_body(i, 50) for i in range(6)], 1)
+    raw = bytearray(s._raw[4])
+    raw[HEADER_SIZE] ^= 1
+    s._raw[4] = bytes(raw)  # a flipped bit in memory
+    for read in (lambda: s.get(4), lambda: s.read(0, 100, 1 << 20)):
+        with pytest.raises(CorruptEntryError) as info:
+            read()
+        assert info.value.index == 4
+    s.mark_damaged(4, "flipped bit")
+    assert s.end_index == 3 and s.damage is not None and s.damage.committed_index == 5
+
+
+# -- index units checked against the entry headers -----------------------------------------------------
+@pytest.mark.parametrize("what", ["term", "pos", "index", "size", "magic"])
+def test_damaged_index_unit_below_the_anchor_is_never_trusted(tmp_path: Path, what: str) -> None:
+    d = tmp_path / "s"
+    log = closed_store(d, committed=25)
+    good = unit_bytes(d, 9)
+    if what == "pos":  # points at another intact entry
+        poke_unit(d, 9, 4, log[12][2].to_bytes(8, "big"))
+    else:  # the lowest bit of the field's last byte
+        last = {"magic": 3, "size": 15, "index": 23, "term": 31}[what]
+        poke_unit(d, 9, last, bytes([good[last] ^ 0x01]))
+    s = FileStore(d, CFG)
+    try:
+        assert s.term_at(9) == log[9][1]
+        assert s.get(9).body == log[9][4] and log_of(s) == log
+        s.flush()
+        s.checkpoint()
+    finally:
+        s.close()
+    assert unit_bytes(d, 9) == good  # rebuilt from the data
+
+
+def test_damaged_header_term_is_never_returned(tmp_path: Path) -> None:
+    """The unit is intact, the header's term is not: the rebuild walks the data, whose chain CRC
+    covers the term, and reports the entry instead of believing either."""
+    d = tmp_path / "s"
+    log = closed_store(d, committed=25)
+    term = log[9][1]
+    poke(d, log[9][2] + 16, (term + 5).to_bytes(8, "big"))
+    s = FileStore(d, CFG)
+    try:
+        with pytest.raises(CorruptEntryError) as info:
+            s.term_at(9)
+        assert info.value.index == 9
+        assert s.term_at(8) == log[8][1] and s.term_at(10) == log[10][1]
+    finally:
+        s.close()
+
+
+def test_index_unit_layout() -> None:
+    """The tests above poke units by field offset: magic 0, pos 4, size 12, index 16, term 24."""
+    raw = INDEX_UNIT.pack(1, 2, 3, 4, 5)
+    assert [raw[0:4], raw[4:12], raw[12:16], raw[16:24], raw[24:32]] == \
+        [v.to_bytes(n, "big") for v, n in ((1, 4), (2, 8), (3, 4), (4, 8), (5, 8))]
