@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from quorumlog.config import RaftConfig
 from quorumlog.errors import ResponseCode
+from quorumlog.raft.member import members_digest
 from quorumlog.raft.messages import (
     HeartbeatRequest,
     Message,
@@ -19,7 +20,6 @@ from quorumlog.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from quorumlog.raft.member import members_digest
 from quorumlog.raft.node import RaftNode
 from quorumlog.sim.script import SCRIPT_RAFT, Script, store_with_terms
 from quorumlog.store.memory import MemoryStore

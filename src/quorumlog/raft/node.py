@@ -93,6 +93,7 @@ class RaftNode:
             self.recover_floor = damage.committed_index if damage is not None else -1
             self.stats["recovering_from_damage"] += 1
         self.recover_leader_end: int | None = None
+        self.recover_leader_term = -1
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -283,6 +284,7 @@ class RaftNode:
         self.member.set_recovering(True)
         self.recover_floor = max(floor, self.recover_floor if self.recover_floor is not None else -1)
         self.recover_leader_end = None
+        self.recover_leader_term = -1
         self.stats["recovering_from_damage"] += 1
 
     def _on_corruption(self, e: CorruptEntryError, now: int, out: Ready) -> None:
@@ -383,8 +385,12 @@ class RaftNode:
         if isinstance(msg, PushRequest):
             handler.on_push(msg, out)
         elif isinstance(msg, HeartbeatRequest):
-            if self.recover_floor is not None and self.recover_leader_end is None:
+            if self.recover_floor is not None and self.recover_leader_term != msg.term:
+                # Any leader elected while we recover holds every committed entry (we did not vote), so
+                # its end is a sufficient target; following the newest one keeps recovery live when the
+                # first leader fell before committing its end.
                 self.recover_leader_end = msg.last_index
+                self.recover_leader_term = msg.term
             handler.apply_commit(msg.commit_index)
             out.messages.append(HeartbeatResponse(m.group, m.node_id, msg.sender, m.term, SUCCESS,
                                                   self.store.end_index))

@@ -172,10 +172,15 @@ class Cluster:
         self.stats["requests_unknown_outcome"] += len(lost)
         note = ""
         store = sim.store
-        if "wipe" in self.faults and not self.checker.damaged and self.rng.random() < 0.15:
+        # One storage fault at a time: a second node losing its data while another recovers can leave a
+        # 3-node group without a majority able to vote (docs/operations.md), which is not a Raft fault.
+        calm = not self.checker.damaged and not any(
+            s.store.identity is None or s.store.recovering or (s.node is not None and s.node.recovering)
+            for s in self.sims.values() if s.id != node_id)
+        if "wipe" in self.faults and calm and self.rng.random() < 0.15:
             self._wipe(sim)
             return
-        if ("corrupt" in self.faults and not self.checker.damaged and self.rng.random() < 0.3
+        if ("corrupt" in self.faults and calm and self.rng.random() < 0.3
                 and isinstance(store, MemoryStore) and store.end_index >= max(store.begin_index, 0)):
             # Anything durable may be damaged: committed entries, and acknowledged ones past the commit.
             c = store.committed_index
