@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from quorumlog.config import RaftConfig, StoreConfig
+from quorumlog.raft.member import members_digest
 from quorumlog.raft.messages import Message
 from quorumlog.raft.node import RaftNode
 from quorumlog.raft.ready import Completion, ReadyApplier
@@ -110,6 +111,11 @@ class CountingStore:
     def set_recovering(self, recovering: bool) -> None:
         self.recovering = recovering
 
+    identity: str | None = None
+
+    def set_identity(self, identity: str) -> None:
+        self.identity = identity
+
 
 class Bench:
     def __init__(self, batch: int, body: int, window: int, counting: bool = False) -> None:
@@ -118,6 +124,8 @@ class Bench:
                          max_pending_requests=100_000)
         store_cfg = StoreConfig(data_segment_bytes=1 << 30)
         self.stores = {i: CountingStore() if counting else MemoryStore(store_cfg) for i in self.ids}
+        for store in self.stores.values():  # members of a bootstrapped group: no probe round
+            store.set_identity(members_digest(GROUP, self.ids))
         self.nodes = {i: RaftNode(i, GROUP, self.ids, self.stores[i], cfg, random.Random(k))  # type: ignore[arg-type]
                       for k, i in enumerate(self.ids)}
         self.queue: deque[Message] = deque()

@@ -26,7 +26,9 @@ def _run_range(seeds: range, cfg: SimConfig) -> tuple[int, int]:
 
 def test_sim_three_nodes_every_fault_700_seeds() -> None:
     acked, elections = _run_range(range(0, 700), SHORT)
-    assert acked > 100_000 and elections > 700  # the runs did real work, not just survive
+    # The runs did real work, not just survive. (Each run now starts with a probe round, and wipes and
+    # expiry cost replicas their logs, so 3-second runs acknowledge ~95k entries in all, not ~110k.)
+    assert acked > 80_000 and elections > 700
 
 
 def test_sim_five_nodes_every_fault_250_seeds() -> None:

@@ -269,7 +269,10 @@ class RaftNode:
         lc = self.recover_leader_end
         if floor is None or lc is None:
             return
-        if self.store.committed_index >= max(floor, lc) and self.store.damage is None:
+        # The leader's end covers `floor`: that leader holds every committed entry, and any entry this
+        # node acknowledged and lost is either in its log or was never committed (and never will be).
+        if self.store.committed_index >= lc:
+            self.store.clear_damage()
             m = self.member
             # A vote this node cast in the current term before it lost its state is unknown: count it cast.
             if m.voted_for is None:

@@ -177,6 +177,13 @@ class LogStore(Protocol):
         begin_pos in its segment)."""
         ...
 
+    def clear_damage(self) -> None:
+        """The node holds again everything it owed (it committed up to the end of a leader elected
+        without it, which holds every committed entry): forget the damage, durably. Entries it owed past
+        that leader's log were never committed and are gone for good, so `end_index` may stay below
+        `damage.committed_index`."""
+        ...
+
     def mark_damaged(self, index: int, reason: str) -> None:
         """A read found the stored entry `index` corrupt while running: cut the log to end before it
         (the one cut allowed below the committed index; to begin_index - 1 when index <= begin_index, and

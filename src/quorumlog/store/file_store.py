@@ -279,6 +279,15 @@ class FileStore(FileReads):
             self._damage = None
             self._committed_floor = self._end_floor = -1
 
+    def clear_damage(self) -> None:
+        self._check_writable()
+        if self._damage is None:
+            return
+        self._committed = max(self._committed, min(self._committed_floor, self._end))
+        self._damage = None
+        self._committed_floor = self._end_floor = -1
+        self.checkpoint()
+
     def _write_run(self, bodies: Sequence[bytes], magic: int, first: int, term: int, pos: int,
                    positions: list[int]) -> None:
         data, units, chain = encode_run(bodies, magic, first, term, pos, self._chain, positions)

@@ -316,6 +316,13 @@ class MemoryStore:
             self._committed_floor = committed
             self._damage = Damage(index, max(committed, durable_end), "corrupt entries cut at recovery")
 
+    def clear_damage(self) -> None:
+        if self._damage is None:
+            return
+        self._committed = max(self._committed, min(self._committed_floor, self.end_index))
+        self._damage = None
+        self._committed_floor = -1
+
     def _heal(self) -> None:
         d = self._damage
         if d is not None and self.end_index >= d.committed_index:
