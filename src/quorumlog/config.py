@@ -32,6 +32,8 @@ class StoreConfig:
     disk_clean_ratio: float = 0.85
     disk_full_ratio: float = 0.90
     file_reserved_hours: float = 72.0
+    # A member unheard of for this long no longer holds expiry back (None: file_reserved_hours).
+    member_timeout_hours: float | None = None
     max_body_bytes: int = MAX_BODY_BYTES
 
     def __post_init__(self) -> None:

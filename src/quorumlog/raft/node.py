@@ -232,6 +232,13 @@ class RaftNode:
         self.elector.transfer(target, now_ms, rid, out)
         return self._finish(out, before)
 
+    def report_corruption(self, error: CorruptEntryError, now_ms: int) -> Ready:
+        """A read outside the core (a client's READ or GET) met a corrupt stored entry: recover that range
+        from the peers, as when the core meets it itself."""
+        out, before = self._begin()
+        self._on_corruption(error, now_ms, out)
+        return self._finish(out, before)
+
     def on_flushed(self, durable_index: int, now_ms: int) -> Ready:
         """The driver flushed the store: release what waited for durability, recount the leader's quorum."""
         out, before = self._begin()

@@ -27,7 +27,7 @@ from typing import Any
 import msgpack
 
 from ..config import GroupConfig
-from ..errors import DiskError, ResponseCode
+from ..errors import CorruptEntryError, DiskError, ResponseCode
 from ..net.bodies import encode_error
 from ..net.connection import Connection
 from ..net.frames import Frame
@@ -344,12 +344,20 @@ class Group:
         self._loop.run_in_executor(self._executor, self.store.checkpoint).add_done_callback(done)  # type: ignore[arg-type]
 
     def expire(self) -> int:
-        """Drop old segments every member holds (the leader knows; a follower keeps to its commit)."""
-        node = self.node
-        safe = self.store.committed_index
-        if node.role == Role.LEADER:
-            safe = min([safe] + [node.peer_match(p) for p in self.peers if p != self.node_id])
+        """Drop old segments every member holds (the leader knows; a follower keeps to its commit). A
+        member silent for longer than member_timeout_hours no longer holds expiry back: it is reset to
+        the leader's first entry when it returns (docs/operations.md)."""
+        cfg = self.cfg.store
+        hours = cfg.member_timeout_hours if cfg.member_timeout_hours is not None else cfg.file_reserved_hours
+        safe = self.node.expiry_safe_index(now_ms(), int(hours * 3_600_000))
         return self.store.expire(safe, time.time())
+
+    def on_corruption(self, error: CorruptEntryError) -> None:
+        """A client read met a corrupt entry of this replica: cut there and re-fetch from the peers."""
+        if self._closed:
+            return
+        log.error("group %s: %s; re-fetching from the peers", self.name, error)
+        self.apply(self.node.report_corruption(error, now_ms()))
 
     # -- shutdown ----------------------------------------------------------------------------------
     def _shutting_down(self, code: ResponseCode) -> bytes:

@@ -18,7 +18,7 @@ from typing import Any
 import msgpack
 
 from ..config import NodeConfig
-from ..errors import QuorumLogError, ResponseCode
+from ..errors import CorruptEntryError, QuorumLogError, ResponseCode
 from ..net.bodies import unpack
 from ..net.connection import Connection
 from ..net.errors import ProtocolError
@@ -259,15 +259,23 @@ class NodeServer:
         if op == Op.READ:
             r = READ_REQUEST.decode(f.body)
             g = self._group(r.group)
-            data, nxt, committed = read_committed(g.store, r.from_index, r.max_entries, r.max_bytes,
-                                                  r.include_control)
+            try:
+                data, nxt, committed = read_committed(g.store, r.from_index, r.max_entries, r.max_bytes,
+                                                      r.include_control)
+            except CorruptEntryError as e:
+                g.on_corruption(e)
+                raise
             g.stats.entries_out += nxt - r.from_index
             g.stats.bytes_out += len(data)
             return _packb((SUCCESS, data, nxt, committed))
         if op == Op.GET:
             r = GET_REQUEST.decode(f.body)
             g = self._group(r.group)
-            data = get_committed(g.store, r.index)
+            try:
+                data = get_committed(g.store, r.index)
+            except CorruptEntryError as e:
+                g.on_corruption(e)
+                raise
             g.stats.entries_out += 1
             g.stats.bytes_out += len(data)
             return _packb((SUCCESS, data))

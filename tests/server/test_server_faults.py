@@ -1,0 +1,154 @@
+"""The faults of a real deployment, on real node processes: a wiped disk that would vote, expiry followed by
+a wiped follower, and a flipped bit in a follower's log. Nothing acknowledged is lost, and no node exits."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+from typing import Any
+
+import pytest
+
+from quorumlog.client import AsyncClient
+from quorumlog.errors import QuorumLogError
+from quorumlog.server.cluster import LocalCluster
+
+from .conftest import SMALL_STORE, await_until, node_index, statuses, wait_leader
+
+
+async def _append_all(c: AsyncClient, prefix: str, count: int, batch: int = 200) -> dict[int, bytes]:
+    acked: dict[int, bytes] = {}
+    for k in range(0, count, batch):
+        bodies = [f"{prefix}-{i}".encode() + b"." * 100 for i in range(k, min(count, k + batch))]
+        for r, body in zip(await c.append_many(bodies), bodies, strict=True):
+            acked[r.index] = body
+    return acked
+
+
+async def _log_of(addr: str, start: int = 0) -> dict[int, bytes]:
+    """Every committed non-control entry the node at `addr` holds, read from that node only."""
+    out: dict[int, bytes] = {}
+    async with AsyncClient(addr) as reader:
+        nxt = start
+        while True:
+            entries, after, _committed = await reader.read_batch(nxt, 5000)
+            out.update((e.index, e.body) for e in entries)
+            if after <= nxt:
+                return out
+            nxt = after
+
+
+def _store_dir(cluster: LocalCluster, node_id: str) -> Any:
+    return cluster.nodes[node_index(cluster, node_id)].data_dir / "g0" / node_id
+
+
+def test_wiped_voter_cannot_elect_a_leader_that_lacks_acknowledged_writes(cluster_factory: Any) -> None:
+    """C is down while L and B acknowledge 2,000 appends; B's disk is wiped and B restarts reaching only C
+    (L is down). B must not vote, so C cannot lead; once L returns, every acknowledged append is there."""
+    cluster = cluster_factory()
+
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints, retry_timeout=30) as c:
+            leader = await wait_leader(c, cluster)
+            b, cc = [n.node_id for n in cluster.nodes if n.node_id != leader]
+            li, bi, ci = (node_index(cluster, x) for x in (leader, b, cc))
+            cluster.kill(ci, signal.SIGKILL)
+            acked = await _append_all(c, "acked", 2000)
+            cluster.kill(bi, signal.SIGKILL)
+            shutil.rmtree(_store_dir(cluster, b))
+            cluster.kill(li, signal.SIGKILL)
+            cluster.start(bi)
+            cluster.start(ci)
+            # B and C talk for several election timeouts: no leader may appear.
+            seen_b_recovering = False
+            for _ in range(40):
+                st = await statuses(c, cluster)
+                assert not any(s["role"] == "leader" for s in st.values()), st
+                seen_b_recovering = seen_b_recovering or bool(st.get(b, {}).get("recovering"))
+                await asyncio.sleep(0.1)
+            assert seen_b_recovering
+            cluster.start(li)
+            new_leader = await wait_leader(c, cluster, timeout=30)
+            log = await _log_of(cluster.nodes[node_index(cluster, new_leader)].address)
+            missing = [i for i, body in acked.items() if log.get(i) != body]
+            assert not missing, f"{len(missing)} acknowledged appends lost, first {missing[:5]}"
+            # B recovers and counts again.
+            await await_until(lambda: _recovered(c, cluster, b), 30, "the wiped node to recover")
+
+    asyncio.run(main())
+
+
+async def _recovered(c: AsyncClient, cluster: LocalCluster, node: str) -> bool:
+    st = await statuses(c, cluster)
+    lead = [s for s in st.values() if s["role"] == "leader"]
+    me = st.get(node)
+    return bool(lead and me and not me["recovering"] and me["committed_index"] == lead[0]["committed_index"])
+
+
+@pytest.mark.slow
+def test_expiry_then_a_wiped_follower_is_reset_and_the_leader_stays_up(cluster_factory: Any) -> None:
+    store = dict(SMALL_STORE, file_reserved_hours=0)
+    cluster = cluster_factory(store=store)
+
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints, retry_timeout=30) as c:
+            leader = await wait_leader(c, cluster)
+            await _append_all(c, "old", 12_000)  # ~1.8 MiB: past one 1 MiB segment
+
+            async def expired_everywhere() -> bool:
+                st = await statuses(c, cluster)
+                return len(st) == 3 and all(s["begin_index"] > 0 for s in st.values())
+
+            await await_until(expired_everywhere, 40, "segments to expire on every node", interval=0.5)
+            follower = next(n.node_id for n in cluster.nodes if n.node_id != leader)
+            fi = node_index(cluster, follower)
+            cluster.kill(fi, signal.SIGKILL)
+            shutil.rmtree(_store_dir(cluster, follower))
+            cluster.start(fi)
+            acked = await _append_all(c, "new", 500)
+
+            async def reset_and_caught_up() -> bool:
+                st = await statuses(c, cluster)
+                f, lead = st.get(follower), st.get(leader)
+                return bool(f and lead and f["begin_index"] == lead["begin_index"] and not f["recovering"]
+                            and f["committed_index"] == lead["committed_index"])
+
+            await await_until(reset_and_caught_up, 40, "the wiped follower to be reset and catch up")
+            assert cluster.nodes[node_index(cluster, leader)].alive
+            log = await _log_of(cluster.nodes[fi].address, min(acked))
+            assert all(log.get(i) == body for i, body in acked.items())
+
+    asyncio.run(main())
+
+
+def test_bit_flip_in_a_followers_entry_is_repaired_from_its_peers(cluster_factory: Any) -> None:
+    cluster = cluster_factory()
+
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints, retry_timeout=30) as c:
+            leader = await wait_leader(c, cluster)
+            acked = await _append_all(c, "x", 1000)
+            follower = next(n.node_id for n in cluster.nodes if n.node_id != leader)
+            fnode = cluster.nodes[node_index(cluster, follower)]
+            await await_until(lambda: _recovered(c, cluster, follower), 20, "the follower to catch up")
+            index = max(acked) - 10
+            entry = await c.get(index)
+            seg_bytes = SMALL_STORE["data_segment_bytes"]
+            seg = _store_dir(cluster, follower) / "data" / f"{entry.pos - entry.pos % seg_bytes:020d}"
+            with open(seg, "r+b") as f:  # flip one body bit of a recent, committed entry
+                f.seek(entry.pos % seg_bytes + 48 + 3)
+                byte = f.read(1)[0]
+                f.seek(-1, 1)
+                f.write(bytes([byte ^ 0x10]))
+            async with AsyncClient(fnode.address) as direct:
+                with pytest.raises(QuorumLogError):
+                    await direct.get(index)
+            await await_until(lambda: _recovered(c, cluster, follower), 30, "the follower to re-fetch")
+            async with AsyncClient(fnode.address) as direct:
+                assert (await direct.get(index)).body == acked[index]
+            assert fnode.alive
+            st = await statuses(c, cluster)
+            assert st[follower]["end_index"] >= max(acked)
+
+    asyncio.run(main())
