@@ -3,11 +3,14 @@ catches real bugs when one is planted."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 
 from quorumlog.raft import handler, pusher
+from quorumlog.raft.member import MemberState
+from quorumlog.raft.node import RaftNode
 from quorumlog.sim.cluster import ALL_FAULTS, SimConfig
 from quorumlog.sim.runner import main, run_seed
 
@@ -97,6 +100,35 @@ def test_sim_catches_acks_before_durability(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(handler.EntryHandler, "_ack", eager_ack)
     error = _first_failure(SHORT, range(300))
     assert error, "acknowledging unflushed entries must lose acknowledged appends in some crash"
+
+
+def _votes_while(monkeypatch: pytest.MonkeyPatch, allowed: Callable[[RaftNode], bool]) -> None:
+    """Plant a bug: nodes vote and lead whenever `allowed` says so, and the member state's own refusal to
+    record a vote while recovering is bypassed (so only the checker can notice)."""
+    monkeypatch.setattr(RaftNode, "can_vote", allowed)
+    monkeypatch.setattr(RaftNode, "can_lead", allowed)
+    original = MemberState.set_term
+
+    def set_term(self: MemberState, term: int, voted_for: str | None) -> None:
+        recovering, self.recovering = self.recovering, False
+        try:
+            original(self, term, voted_for)
+        finally:
+            self.recovering = recovering
+
+    monkeypatch.setattr(MemberState, "set_term", set_term)
+
+
+def test_sim_catches_a_recovering_node_that_votes(monkeypatch: pytest.MonkeyPatch) -> None:
+    _votes_while(monkeypatch, lambda node: node.joiner is None)
+    error = _first_failure(SHORT, range(100))
+    assert error, "a node that lost acknowledged entries and votes must lose some in a run"
+
+
+def test_sim_catches_a_wiped_node_that_votes_before_probing(monkeypatch: pytest.MonkeyPatch) -> None:
+    _votes_while(monkeypatch, lambda node: node.recover_floor is None)
+    error = _first_failure(SHORT, range(300))
+    assert error, "a wiped node that votes at once must break safety in some run"
 
 
 def test_sim_runner_main_reports_and_replays(monkeypatch: pytest.MonkeyPatch,

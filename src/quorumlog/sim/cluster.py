@@ -329,7 +329,10 @@ class Cluster:
                 self._partition()
         running = [i for i in self.ids if self.sims[i].node is not None]
         if "crash" in f and running and rng.random() < 0.01:
-            self.crash(rng.choice(running), t + rng.randint(20, 800))
+            # Some downtimes outlast the leader's member timeout, so expiry stops waiting for the node
+            # and it must be reset when it returns.
+            long_down = "expire" in f and rng.random() < 0.2
+            self.crash(rng.choice(running), t + (SIM_MEMBER_TIMEOUT_MS + 500 if long_down else rng.randint(20, 800)))
         if "pause" in f and running and rng.random() < 0.01:
             self.pause(rng.choice(running), t + rng.randint(20, 600))
 
