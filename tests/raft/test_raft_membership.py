@@ -126,13 +126,18 @@ SMALL = StoreConfig(data_segment_bytes=4096, index_segment_bytes=32 * 64, max_bo
                     file_reserved_hours=0)
 
 
-def test_follower_behind_the_leaders_begin_is_reset_and_catches_up() -> None:
-    stores = {i: MemoryStore(SMALL) for i in IDS}
-    s = Script(IDS, stores=stores)
+def _small_segments_written(drop: str | None) -> Script:
+    """n0 leads and writes 80 entries of ~200 bytes (many 4 KiB segments); `drop` is cut off meanwhile."""
+    s = Script(IDS, stores={i: MemoryStore(SMALL) for i in IDS})
     s.elect("n0")
     for k in range(8):
         s.propose("n0", [b"%d-%d" % (k, i) + b"." * 200 for i in range(10)])
-        s.settle(drop=cut("n2"))
+        s.settle(drop=cut(drop) if drop else None)
+    return s
+
+
+def test_follower_behind_the_leaders_begin_is_reset_and_catches_up() -> None:
+    s = _small_segments_written(drop="n2")
     leader = s.stores["n0"]
     dropped = leader.expire(leader.committed_index, 0.0)
     assert dropped > 0 and leader.begin_index > 0
@@ -147,12 +152,7 @@ def test_follower_behind_the_leaders_begin_is_reset_and_catches_up() -> None:
 
 
 def test_wiped_follower_after_expiry_is_reset_and_the_leader_keeps_running() -> None:
-    stores = {i: MemoryStore(SMALL) for i in IDS}
-    s = Script(IDS, stores=stores)
-    s.elect("n0")
-    for k in range(8):
-        s.propose("n0", [b"%d-%d" % (k, i) + b"." * 200 for i in range(10)])
-        s.settle()
+    s = _small_segments_written(drop=None)
     for i in IDS:
         s.stores[i].expire(s.stores[i].committed_index, 0.0)
     s.stores["n1"] = MemoryStore(SMALL)

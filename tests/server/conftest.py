@@ -118,3 +118,16 @@ def check_store(path: Path) -> dict[str, Any]:
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"check-store {path} failed ({r.returncode}): {r.stdout} {r.stderr}"
     return dict(json.loads(r.stdout))
+
+
+async def committed_entries(addr: str, start: int = 0) -> list[tuple[int, bytes]]:
+    """Every committed (index, body) from `start` that the node at `addr` holds, read from that node only."""
+    out: list[tuple[int, bytes]] = []
+    async with AsyncClient(addr) as reader:
+        nxt = start
+        while True:
+            entries, after, _committed = await reader.read_batch(nxt, 5000)
+            out.extend((e.index, e.body) for e in entries)
+            if after <= nxt:
+                return out
+            nxt = after

@@ -14,7 +14,7 @@ from quorumlog.client import AsyncClient
 from quorumlog.errors import AppendUncertainError, QuorumLogError
 from quorumlog.server.cluster import LocalCluster
 
-from .conftest import await_until, node_index, statuses, wait_leader
+from .conftest import await_until, committed_entries, node_index, statuses, wait_leader
 
 CLIENTS = 4
 IN_FLIGHT = 16  # appends each client keeps outstanding
@@ -50,19 +50,6 @@ async def _producer(client: AsyncClient, name: str, out: Outcomes) -> None:
                 out.acked[body] = (r.index, r.term)
 
     await asyncio.gather(*(lane(i) for i in range(IN_FLIGHT)))
-
-
-async def _committed_log(addr: str) -> list[tuple[int, bytes]]:
-    """Every committed (index, body) the node at `addr` holds, read from that node only."""
-    out: list[tuple[int, bytes]] = []
-    async with AsyncClient(addr) as reader:
-        nxt = 0
-        while True:
-            entries, after, _committed = await reader.read_batch(nxt, 5000)
-            out.extend((e.index, e.body) for e in entries)
-            if after <= nxt:
-                return out
-            nxt = after
 
 
 def test_sigterm_of_a_loaded_leader_writes_nothing_twice(cluster_factory: Any) -> None:
@@ -102,7 +89,7 @@ def test_sigterm_of_a_loaded_leader_writes_nothing_twice(cluster_factory: Any) -
         assert not [e for e in crashed if e is not None], f"a producer failed: {crashed}"
         final = await wait_leader(probe, cluster)
         await probe.close()
-        log = await _committed_log(cluster.nodes[node_index(cluster, final)].address)
+        log = await committed_entries(cluster.nodes[node_index(cluster, final)].address)
 
         counts = Counter(body for _i, body in log)
         twice = [b for b, n in counts.items() if n > 1]

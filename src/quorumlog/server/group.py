@@ -317,7 +317,7 @@ class Group:
             "group": self.name, "node": self.node_id, "role": node.role.name.lower(), "term": node.term,
             "leader": node.leader_id, "begin_index": s.begin_index, "end_index": s.end_index,
             "committed_index": s.committed_index, "durable_index": s.durable_index,
-            "recovering": node.recovering, "pending_appends": self.pending_appends,
+            "recovering": node.recovering, "joining": node.joining, "pending_appends": self.pending_appends,
             "peers": {pid: addr for pid, addr in self.peers.items()},
         }
         if node.role == Role.LEADER:

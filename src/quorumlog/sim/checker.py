@@ -17,6 +17,7 @@ most checks cost one header read per node per step instead of a scan:
 
 from __future__ import annotations
 
+import bisect
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,6 +79,10 @@ class Checker:
         self.leaders: dict[int, str] = {}
         self.ref: list[bytes] = []
         self.ref_chain: list[int] = []
+        # The highest leader term known when each entry was first seen committed (non-decreasing): a
+        # leader of term T must hold the entries committed before T, not those a later term committed
+        # while a stale elected-but-paused leader of T had not yet spoken.
+        self.ref_seen_term: list[int] = []
         self.last_commit: dict[str, int] = {i: -1 for i in ids}
         self.checkpointed: dict[str, int] = {i: -1 for i in ids}
         self.end_entries: dict[tuple[int, int], int] = {}  # (index, term) -> chain, of every end seen
@@ -94,7 +99,11 @@ class Checker:
         store = self.stores(node)
         if store is None or not self.ref:
             return
-        last = len(self.ref) - 1
+        last = bisect.bisect_left(self.ref_seen_term, term) - 1
+        if last < 0:
+            return
+        # Entries the leader expired were committed before; its first held one vouches for them.
+        last = max(last, min(store.begin_index - 1, len(self.ref) - 1))
         if chain_at(store, last) != self.ref_chain[last]:
             raise InvariantViolation(f"leader {node} of term {term} lacks committed entries up to {last} "
                                      f"(its end is {store.end_index})")
@@ -115,7 +124,9 @@ class Checker:
         if c < self.checkpointed[node] and store.damage is None:
             raise InvariantViolation(f"{node} restarted with commit {c} below its checkpoint "
                                      f"{self.checkpointed[node]}")
-        if c > self.last_commit[node]:
+        # A damaged store restores its commit index from the floor it recorded when the damage was
+        # found (the _check_commit below still checks that prefix against the committed log).
+        if c > self.last_commit[node] and store.damage is None:
             raise InvariantViolation(f"{node} restarted with commit {c} above the {self.last_commit[node]} "
                                      f"it had before")
         self.last_commit[node] = c
@@ -171,6 +182,7 @@ class Checker:
             for e in split_entries(raw, n):
                 ref.append(e)
                 self.ref_chain.append(_HEAD.unpack_from(e, 0)[6])
+                self.ref_seen_term.append(max(self.leaders, default=0))
             start += n
 
     def _check_end(self, node: str, store: LogStore) -> None:

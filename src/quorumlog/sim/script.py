@@ -86,6 +86,14 @@ class Script:
         self.nodes[node_id] = node
         return node
 
+    def wipe(self, node_id: str) -> RaftNode:
+        """Replace the node's store by a pristine one of the same config (a lost data directory) and
+        restart it; the new store has no identity, so the node probes before it votes."""
+        old = self.stores[node_id]
+        config = old.config if isinstance(old, MemoryStore) else None
+        self.stores[node_id] = MemoryStore(config)
+        return self.restart(node_id)
+
     def apply(self, node_id: str, ready: Ready) -> Ready:
         if self.appliers[node_id].apply(self.nodes[node_id], ready, self.clock[node_id], flush=self.auto_flush):
             self.owed.add(node_id)
