@@ -219,12 +219,7 @@ class Elector:
 
     def _tick_leader(self, now: int, out: Ready) -> None:
         m = self.member
-        if now >= self.next_heartbeat:
-            commit = self.store.committed_index
-            end = self.store.end_index
-            for peer in m.others:
-                out.messages.append(HeartbeatRequest(m.group, m.node_id, peer, m.term, commit, end))
-            self.next_heartbeat = now + self.config.heartbeat_interval_ms
+        # Check quorum first: a leader about to step down must not heartbeat its followers once more.
         if self.config.check_quorum and now - self.leader_since >= self.election_timeout:
             window = self.election_timeout
             alive = 1 + sum(1 for p in m.others if now - self.peer_seen[p] < window)
@@ -232,6 +227,12 @@ class Elector:
                 self.node.stats["check_quorum_step_downs"] += 1
                 self.node.become_follower(m.term, None, now, out, by=None)
                 return
+        if now >= self.next_heartbeat:
+            commit = self.store.committed_index
+            end = self.store.end_index
+            for peer in m.others:
+                out.messages.append(HeartbeatRequest(m.group, m.node_id, peer, m.term, commit, end))
+            self.next_heartbeat = now + self.config.heartbeat_interval_ms
         if self.transfer_target is not None and now >= self.transfer_deadline:
             self.finish_transfer(int(ResponseCode.TAKE_LEADERSHIP_FAILED), out)
         self._maybe_hand_to_preferred(now, out)

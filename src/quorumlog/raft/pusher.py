@@ -212,9 +212,10 @@ class Leader:
             first = d.next_index
             prev_term = self._term(first - 1)
             if prev_term is None:
+                # The follower needs entries we expired: compare below our floor, which resets it now.
                 self.stats["index_less_than_local_begin"] += 1
                 d.to_compare(first - 1)
-                d.control_sent_ms = now
+                self.dispatch(d, now, out)
                 return
             data, count = store.read_raw(first, cfg.push_batch_entries, cfg.push_batch_bytes)
             if count == 0:
