@@ -140,6 +140,10 @@ class Checker:
         self.last_commit[node] = -1
         self.damaged.add(node)
 
+    def on_reset(self, node: str, store: LogStore) -> None:
+        """The node's log was reset to start at the leader's begin (its old log is gone)."""
+        self.checkpointed[node] = min(self.checkpointed[node], store.begin_index - 1)
+
     def on_recovered(self, node: str) -> None:
         self.damaged.discard(node)
 

@@ -73,6 +73,7 @@ class SimNode:
     flush_at: int | None = None
     backlog: list[Message] = field(default_factory=list)
     next_checkpoint: int = 0
+    resets_seen: int = 0  # log resets this incarnation's node has made its store do
 
     def now(self, t: int) -> int:
         return self.offset + int(t * self.rate)
@@ -152,6 +153,7 @@ class Cluster:
         sim.node = RaftNode(sim.id, GROUP, self.ids, sim.store, self.cfg.raft,
                             random.Random(self.rng.getrandbits(64)))
         sim.incarnation += 1
+        sim.resets_seen = 0
         sim.crashed_until = None
         sim.next_checkpoint = self.time + self.rng.randint(100, 400)
 
@@ -447,6 +449,10 @@ class Cluster:
                 sim.store.checkpoint()
                 self.checker.on_checkpoint(i, sim.store)
                 sim.next_checkpoint = t + self.rng.randint(100, 400)
+            if node.stats["log_resets"] != sim.resets_seen:
+                # A reset rewrote the checkpoint: the durable commit is now the new begin's predecessor.
+                sim.resets_seen = node.stats["log_resets"]
+                self.checker.on_reset(i, sim.store)
             if "expire" in self.faults and self.rng.random() < 0.02:
                 # The checker must have seen entries committed before they may vanish.
                 safe = min(node.expiry_safe_index(sim.now(t), SIM_MEMBER_TIMEOUT_MS), len(self.checker.ref) - 1)
