@@ -270,10 +270,15 @@ class Leader:
             if d.state == RESET_STATE and resp.index == self.store.begin_index:
                 d.control_sent_ms = None
                 if code == SUCCESS:
-                    # The follower's log now starts at our begin (or already matched there): compare at
-                    # its end, as after any repair.
                     d.match = resp.acked
-                    d.to_compare(max(self.floor, min(resp.end_index, self.store.end_index)))
+                    if resp.end_index == resp.acked:
+                        # The follower's log now ends at our begin - 1 and matches there: append.
+                        d.state = APPEND_STATE
+                        d.next_index = resp.acked + 1
+                        d.inflight.clear()
+                    else:
+                        # It already held our entry there and more: compare at its end, as after a repair.
+                        d.to_compare(max(self.floor, min(resp.end_index, self.store.end_index)))
                     self.dispatch(d, now, out)
             return
         if self._check_shorter(d, resp.end_index, now, out):
