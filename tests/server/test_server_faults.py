@@ -44,6 +44,13 @@ def test_wiped_voter_cannot_elect_a_leader_that_lacks_acknowledged_writes(cluste
             leader = await wait_leader(c, cluster)
             b, cc = [n.node_id for n in cluster.nodes if n.node_id != leader]
             li, bi, ci = (node_index(cluster, x) for x in (leader, b, cc))
+
+            async def all_hold_the_noop() -> bool:
+                st = await statuses(c, cluster)
+                return len(st) == 3 and all(s["committed_index"] >= 0 for s in st.values())
+
+            # C took part in the group (it holds the first leader's NOOP) before it is cut off.
+            await await_until(all_hold_the_noop, 20, "every node to hold the leader's first entry")
             cluster.kill(ci, signal.SIGKILL)
             acked = await _append_all(c, "acked", 2000)
             cluster.kill(bi, signal.SIGKILL)
