@@ -20,10 +20,11 @@ from collections import deque
 from collections.abc import Sequence
 
 from quorumlog.config import RaftConfig, StoreConfig
+from quorumlog.raft.driver import Driver
 from quorumlog.raft.member import members_digest
 from quorumlog.raft.messages import Message
 from quorumlog.raft.node import RaftNode
-from quorumlog.raft.ready import Completion, ReadyApplier
+from quorumlog.raft.ready import Completion
 from quorumlog.store.base import Appended, Damage
 from quorumlog.store.memory import MemoryStore
 
@@ -56,10 +57,13 @@ class CountingStore:
         self.runs.append((first, count, term))
         self.end_index = first + count - 1
 
-    def append(self, bodies: Sequence[bytes], term: int, magic: int = 1) -> Appended:
+    def append(self, bodies: Sequence[bytes], term: int, magic: int = 1, metas: object = None) -> Appended:
         first = self.end_index + 1
         self._add(first, len(bodies), term)
         return Appended(first, term, [0] * len(bodies))
+
+    def append_encoded_metas(self, data: bytes) -> tuple[int, list[tuple[int, bytes]]]:
+        return self.append_encoded(data), []
 
     def append_encoded(self, data: bytes) -> int:
         for off in range(0, len(data), _RUN.size):
@@ -133,7 +137,7 @@ class Bench:
         self.inflight = 0
         self.window = window
         self.bodies = [bytes([65 + i % 26]) * body for i in range(batch)]
-        self.appliers = {i: ReadyApplier(self.queue.append, self._done) for i in self.ids}
+        self.drivers = {i: Driver(self.nodes[i], self.queue.append, self._done) for i in self.ids}
         self.now = 0
 
     def _done(self, c: Completion) -> None:
@@ -149,20 +153,19 @@ class Bench:
                 m = self.queue.popleft()
                 batches.setdefault(m.target, []).append(m)
             for target, msgs in batches.items():
-                node = self.nodes[target]
-                self.appliers[target].apply(node, node.step_batch(msgs, self.now), self.now)
+                self.drivers[target].apply(self.nodes[target].step_batch(msgs, self.now), self.now)
 
     def elect(self) -> RaftNode:
         leader = self.nodes["n0"]
         while not leader.is_leader:
             self.now += 100
-            self.appliers["n0"].apply(leader, leader.tick(self.now), self.now)
+            self.drivers["n0"].apply(leader.tick(self.now), self.now)
             self.pump()
         return leader
 
     def run(self, entries: int) -> float:
         leader = self.elect()
-        applier = self.appliers["n0"]
+        driver = self.drivers["n0"]
         batch = len(self.bodies)
         proposed = 0
         start = time.perf_counter()
@@ -170,7 +173,7 @@ class Bench:
             while self.inflight < self.window and proposed < entries:
                 self.inflight += 1
                 proposed += batch
-                applier.apply(leader, leader.propose(self.bodies, self.now), self.now)
+                driver.apply(leader.propose(self.bodies, self.now), self.now)
             self.pump()
         return time.perf_counter() - start
 

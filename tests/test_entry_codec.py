@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import zlib
 
@@ -12,21 +13,27 @@ from hypothesis import strategies as st
 from quorumlog.entry import (
     BLANK,
     CHAIN_SPAN,
+    HEADER,
     HEADER_SIZE,
     INDEX_UNIT,
     INDEX_UNIT_SIZE,
     MAGIC_CONFIG,
     MAGIC_NOOP,
     MAGIC_NORMAL,
+    META_SIZE,
     Entry,
+    chain_of,
     check_entry,
     decode_entries,
     decode_header,
     encode_entry,
     encode_run,
+    entry_at,
+    pack_meta,
     replica_digest,
+    unpack_meta,
 )
-from quorumlog.errors import CorruptEntryError
+from quorumlog.errors import CorruptEntryError, InvalidArgumentError
 
 MAX_BODY = 4096
 magics = st.sampled_from([MAGIC_NORMAL, MAGIC_NOOP, MAGIC_CONFIG])
@@ -191,3 +198,151 @@ def test_chain_covers_the_body_through_its_crc(body: bytes, flip: int, prev: int
     _, a = encode_entry(MAGIC_NORMAL, 7, 3, 4096, body, prev)
     _, b = encode_entry(MAGIC_NORMAL, 7, 3, 4096, bytes(other), prev)
     assert a != b
+
+
+# -- producer metadata -----------------------------------------------------------------------------
+
+i31 = st.integers(1, 2**31 - 1)
+metas_st = st.builds(pack_meta, st.integers(1, 2**63 - 1), i63, i31, i63)
+
+
+def _raw_entry(magic: int, index: int, term: int, pos: int, extra: bytes, body: bytes, prev: int) -> bytes:
+    """An entry built by hand, with any run between header and body (its length in the channel field),
+    both CRCs right."""
+    raw = bytearray(HEADER.pack(magic, HEADER_SIZE + len(extra) + len(body), index, term, pos, len(extra), 0,
+                                zlib.crc32(extra + body), len(body)) + extra + body)
+    struct.pack_into(">I", raw, CHAIN_SPAN, chain_of(raw, 0, prev))
+    return bytes(raw)
+
+
+def test_entry_with_metadata_layout() -> None:
+    meta = pack_meta(7, 3, 2, 1_700_000_000_000)
+    assert len(meta) == META_SIZE == 28 and unpack_meta(meta) == (7, 3, 2, 1_700_000_000_000)
+    raw, chain = encode_entry(MAGIC_NORMAL, 5, 2, 4096, b"xyz", 11, meta)
+    assert raw == _raw_entry(MAGIC_NORMAL, 5, 2, 4096, meta, b"xyz", 11)
+    h = decode_header(raw)
+    assert (h.size, h.body_size, h.body_crc, h.chain_crc) == (48 + 28 + 3, 3, zlib.crc32(meta + b"xyz"), chain)
+    assert raw[48:76] == meta and raw[76:] == b"xyz"
+    # Without metadata the bytes are what they always were.
+    plain = encode_entry(MAGIC_NORMAL, 5, 2, 4096, b"xyz", 11)
+    assert encode_entry(MAGIC_NORMAL, 5, 2, 4096, b"xyz", 11, b"") == plain
+    assert plain[0] == _raw_entry(MAGIC_NORMAL, 5, 2, 4096, b"", b"xyz", 11)
+
+
+@given(producer=st.integers(1, 2**63 - 1), seq=i63, count=i31, wall=i63)
+def test_pack_unpack_meta_round_trip(producer: int, seq: int, count: int, wall: int) -> None:
+    assert unpack_meta(pack_meta(producer, seq, count, wall)) == (producer, seq, count, wall)
+
+
+@pytest.mark.parametrize("n", [0, 1, 27, 29, 56])
+def test_unpack_meta_refuses_a_wrong_length(n: int) -> None:
+    with pytest.raises(CorruptEntryError, match="metadata"):
+        unpack_meta(bytes(n))
+
+
+@given(magic=magics, index=i63, term=i63, pos=i63, body=st.binary(max_size=300), meta=metas_st, prev=u32)
+def test_encode_entry_with_metadata_round_trip(magic: int, index: int, term: int, pos: int, body: bytes,
+                                               meta: bytes, prev: int) -> None:
+    raw, chain = encode_entry(magic, index, term, pos, body, prev, meta)
+    h = check_entry(raw, 0, prev, MAX_BODY)
+    assert h == (magic, HEADER_SIZE + META_SIZE + len(body), index, term, pos, META_SIZE, chain,
+                 zlib.crc32(meta + body), len(body))
+    assert decode_entries(raw, MAX_BODY, prev) == [Entry(index, term, pos, body, magic, meta)]
+    assert entry_at(b"pad" + raw, 3, h) == Entry(index, term, pos, body, magic, meta)
+
+
+@given(bodies=bodies, magic=magics, first=st.integers(0, 2**40), term=st.integers(0, 2**40),
+       first_pos=st.integers(0, 2**40), prev=u32, data=st.data())
+def test_encode_run_with_metas_round_trip(bodies: list[bytes], magic: int, first: int, term: int, first_pos: int,
+                                          prev: int, data: st.DataObject) -> None:
+    metas = data.draw(st.dictionaries(st.integers(0, len(bodies) - 1), metas_st))
+    positions: list[int] = []
+    run, units, last_chain = encode_run(bodies, magic, first, term, first_pos, prev, positions, metas)
+    expected = bytearray()
+    chain = prev
+    for i, b in enumerate(bodies):
+        raw, chain = encode_entry(magic, first + i, term, first_pos + len(expected), b, chain, metas.get(i, b""))
+        assert positions[i] == first_pos + len(expected)
+        assert INDEX_UNIT.unpack_from(units, i * INDEX_UNIT_SIZE) == (magic, positions[i], len(raw), first + i, term)
+        expected += raw
+    assert bytes(run) == bytes(expected) and last_chain == chain
+    decoded = decode_entries(run, MAX_BODY, prev)
+    assert [(e.body, e.meta) for e in decoded] == [(b, metas.get(i, b"")) for i, b in enumerate(bodies)]
+    # No metas and empty metas encode the plain run.
+    assert encode_run(bodies, magic, first, term, first_pos, prev, [], {})[0] == \
+        encode_run(bodies, magic, first, term, first_pos, prev, [])[0]
+
+
+@given(body=st.binary(max_size=200), meta=metas_st, prev=u32, bit=st.integers(0, META_SIZE * 8 - 1))
+def test_a_flipped_metadata_bit_fails_the_body_crc(body: bytes, meta: bytes, prev: int, bit: int) -> None:
+    raw = bytearray(encode_entry(MAGIC_NORMAL, 9, 4, 0, body, prev, meta)[0])
+    raw[HEADER_SIZE + bit // 8] ^= 1 << (bit % 8)
+    for chain in (prev, None):
+        with pytest.raises(CorruptEntryError, match="body CRC"):
+            check_entry(raw, 0, chain, MAX_BODY)
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_every_flipped_bit_of_a_small_entry_with_metadata_is_detected(n: int) -> None:
+    raw, _ = encode_entry(MAGIC_NORMAL, 123456, 7, 98765, bytes(range(n)), 0xDEADBEEF, pack_meta(1, 2, 3, 4))
+    _flip_all_bits(raw, 0xDEADBEEF, range(len(raw) * 8))
+
+
+@given(extra=st.binary(min_size=1, max_size=100).filter(lambda b: len(b) != META_SIZE),
+       body=st.binary(max_size=100), prev=u32)
+def test_a_metadata_run_of_another_length_is_refused(extra: bytes, body: bytes, prev: int) -> None:
+    raw = _raw_entry(MAGIC_NORMAL, 1, 1, 0, extra, body, prev)
+    with pytest.raises(CorruptEntryError, match="bad sizes"):
+        check_entry(raw, 0, prev, MAX_BODY)
+    with pytest.raises(CorruptEntryError, match="bad sizes"):
+        decode_entries(raw, MAX_BODY, prev)
+    with pytest.raises(InvalidArgumentError):
+        encode_entry(MAGIC_NORMAL, 1, 1, 0, body, prev, extra)
+    with pytest.raises(InvalidArgumentError):
+        encode_run([body], MAGIC_NORMAL, 1, 1, 0, prev, [], {0: extra})
+
+
+def test_encode_run_refuses_metadata_outside_the_run() -> None:
+    for offset in (-1, 2):
+        with pytest.raises(InvalidArgumentError, match="offset"):
+            encode_run([b"a", b"b"], MAGIC_NORMAL, 0, 1, 0, 0, [], {offset: pack_meta(1, 0, 1, 0)})
+
+
+def _old_digest(entries: list[Entry]) -> str:
+    """replica_digest as it was before metadata existed."""
+    h = hashlib.sha256()
+    for e in entries:
+        h.update(struct.pack(">qqi", e.index, e.term, e.magic) + e.body)
+    return h.hexdigest()
+
+
+@given(st.lists(st.tuples(i63, i63, magics, st.binary(max_size=50), st.one_of(st.just(b""), metas_st)),
+                min_size=1, max_size=10))
+def test_replica_digest_covers_metadata_only_when_present(items: list[tuple[int, int, int, bytes, bytes]]) -> None:
+    plain = [Entry(i, t, 0, b, m) for i, t, m, b, _meta in items]
+    assert replica_digest(plain) == _old_digest(plain)
+    with_meta = [Entry(i, t, 0, b, m, meta) for i, t, m, b, meta in items]
+    if any(meta for *_x, meta in items):
+        assert replica_digest(with_meta) != replica_digest(plain)
+    # Replicas differing only in a metadata run, or in where the metadata ends and the body begins,
+    # differ in digest.
+    i, t, m, b, _meta = items[-1]
+    meta = pack_meta(1, 2, 3, 4)
+    other = pack_meta(1, 2, 3, 5)
+    assert replica_digest([Entry(i, t, 0, b, m, meta)]) != replica_digest([Entry(i, t, 0, b, m, other)])
+    assert replica_digest([Entry(i, t, 0, b, m, meta)]) != replica_digest([Entry(i, t, 0, meta + b, m)])
+
+
+def test_a_damaged_body_size_cannot_pass_a_body_off_as_metadata() -> None:
+    """The metadata run's length is in `channel`, which the chain CRC covers: a plain entry whose
+    body_size lost 28 (so size - body_size looks like a metadata layout) is refused, and so is an entry
+    whose channel disagrees with its sizes."""
+    body = bytes(range(40))
+    raw = bytearray(encode_entry(MAGIC_NORMAL, 1, 1, 0, body, 0)[0])
+    struct.pack_into(">i", raw, 44, len(body) - META_SIZE)  # body_size is not covered by either CRC
+    with pytest.raises(CorruptEntryError, match="bad sizes"):
+        check_entry(raw, 0, None, MAX_BODY)
+    forged = bytearray(_raw_entry(MAGIC_NORMAL, 1, 1, 0, body[:META_SIZE], body[META_SIZE:], 0))
+    struct.pack_into(">i", forged, 32, 0)  # channel says "no metadata" while the sizes say there is
+    with pytest.raises(CorruptEntryError, match="bad sizes"):
+        check_entry(forged, 0, None, MAX_BODY)

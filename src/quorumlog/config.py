@@ -41,11 +41,12 @@ class StoreConfig:
             raise ConfigError(f"flush must be 'sync' or 'async', not {self.flush!r}")
         if self.index_segment_bytes <= 0 or self.index_segment_bytes % INDEX_UNIT_BYTES:
             raise ConfigError(f"index_segment_bytes must be a positive multiple of {INDEX_UNIT_BYTES}")
-        # The largest entry (header + max body) plus a blank record must fit in one data segment.
-        if self.data_segment_bytes < self.max_body_bytes + 48 + 8:
+        # The largest entry (header, producer metadata, max body) plus a blank record must fit in one
+        # data segment.
+        if self.data_segment_bytes < self.max_body_bytes + 48 + 28 + 8:
             raise ConfigError(
                 f"data_segment_bytes ({self.data_segment_bytes}) must hold the largest entry "
-                f"({self.max_body_bytes} + 56 bytes)"
+                f"({self.max_body_bytes} + 84 bytes)"
             )
         if not 0 < self.disk_clean_ratio <= self.disk_full_ratio <= 1:
             raise ConfigError("need 0 < disk_clean_ratio <= disk_full_ratio <= 1")
@@ -75,11 +76,17 @@ class RaftConfig:
     preferred_leader: str | None = None
     pre_vote: bool = True
     check_quorum: bool = True
+    # The idempotent producer (raft/producers.py): requests a producer may have in flight, and how long
+    # an idle producer is remembered (by the wall clock written in the log). Keep the idle time below
+    # the store's retention: a member reset to the leader's begin only knows producers it can read.
+    producer_window: int = 64
+    producer_idle_ms: int = 24 * 3_600_000
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval_ms", "max_heartbeat_leak", "max_pending_requests",
                      "max_wait_ack_ms", "max_push_timeout_ms", "max_inflight_pushes",
-                     "push_batch_bytes", "push_batch_entries", "transfer_timeout_ms"):
+                     "push_batch_bytes", "push_batch_entries", "transfer_timeout_ms", "producer_window",
+                     "producer_idle_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
         if self.election_backoff_ms < 0 or self.max_transfer_lag < 0:

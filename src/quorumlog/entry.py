@@ -4,7 +4,11 @@ The same bytes are on disk and on the wire: a leader pushes what its store holds
 writes what it receives, after checking both CRCs. All integers are big-endian.
 
 Header (48 bytes): magic i32, size i32, index i64, term i64, pos i64, channel i32,
-chain_crc u32, body_crc u32, body_size i32.
+chain_crc u32, body_crc u32, body_size i32. An entry is the header, an optional metadata run of
+`channel` bytes (0, or META_SIZE: an idempotent producer's request, PRODUCER_META), then the body: the
+body is always the entry's last body_size bytes, and size = 48 + channel + body_size. body_crc covers
+the metadata run and the body together; the chain CRC covers `channel`, so a damaged body_size can
+never move the boundary unnoticed. An entry without metadata is laid out and checked as before.
 
 chain_crc is the CRC32 of header bytes 0..35 and then of body_crc (bytes 40..43), seeded with the previous
 entry's chain_crc (0 before index 0). Covering body_crc makes an entry's chain CRC a digest of the whole
@@ -16,10 +20,10 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .errors import CorruptEntryError
+from .errors import CorruptEntryError, InvalidArgumentError
 
 MAGIC_NORMAL = 1
 MAGIC_NOOP = 2
@@ -37,6 +41,15 @@ INDEX_UNIT = struct.Struct(">iqiqq")  # magic, pos, size, index, term
 INDEX_UNIT_SIZE = INDEX_UNIT.size  # 32
 BLANK = struct.Struct(">ii")  # magic -1, length of the blank run (to the segment's end)
 BLANK_SIZE = BLANK.size  # 8
+# Producer metadata: producer id i64 (> 0), sequence i64 (>= 0), count i32 (>= 1: the entries of the
+# request this entry begins), wall_ms i64 (the leader's wall clock at append).
+PRODUCER_META = struct.Struct(">qqiq")
+META_SIZE = PRODUCER_META.size  # 28
+HEADER_META_SIZE = HEADER_SIZE + META_SIZE  # where the body starts in an entry with metadata
+_CHANNELS = (0, META_SIZE)  # the metadata run's length, kept in the header's channel field
+# Set in the magic a replica digest hashes for an entry with metadata (no valid magic has it).
+META_FLAG = 1 << 16
+_DIGEST_KEY = struct.Struct(">qqi").pack
 
 _crc32 = zlib.crc32
 _unpack_header = HEADER.unpack_from
@@ -44,7 +57,7 @@ _pack_head = _HEAD36.pack_into
 _pack_tail = _TAIL12.pack_into
 _pack_chain = struct.Struct(">I").pack_into
 
-assert HEADER_SIZE == 48 and INDEX_UNIT_SIZE == 32
+assert HEADER_SIZE == 48 and INDEX_UNIT_SIZE == 32 and META_SIZE == 28
 
 
 @dataclass(slots=True)
@@ -57,6 +70,7 @@ class Entry:
     pos: int
     body: bytes
     magic: int = MAGIC_NORMAL
+    meta: bytes = b""  # the producer metadata run (pack_meta), b"" when the entry has none
 
     @property
     def is_control(self) -> bool:
@@ -79,34 +93,63 @@ class Header:
     body_size: int
 
 
+def pack_meta(producer: int, seq: int, count: int, wall_ms: int) -> bytes:
+    """The metadata run of an entry that begins a producer's request (see PRODUCER_META)."""
+    return PRODUCER_META.pack(producer, seq, count, wall_ms)
+
+
+def unpack_meta(meta: bytes | bytearray | memoryview) -> tuple[int, int, int, int]:
+    """(producer, seq, count, wall_ms) of a metadata run."""
+    if len(meta) != META_SIZE:
+        raise CorruptEntryError(f"producer metadata of {len(meta)} bytes, expected {META_SIZE}")
+    return PRODUCER_META.unpack(meta)
+
+
+def _bad_meta(meta: bytes | bytearray | memoryview) -> InvalidArgumentError:
+    return InvalidArgumentError(f"entry metadata of {len(meta)} bytes, expected {META_SIZE}")
+
+
 def encode_into(buf: bytearray | memoryview, off: int, magic: int, index: int, term: int, pos: int,
-                body: bytes | memoryview, prev_chain: int) -> int:
-    """Write one entry (header + body) at buf[off:]; return its chain CRC. buf must have room."""
+                body: bytes | memoryview, prev_chain: int, meta: bytes = b"") -> int:
+    """Write one entry (header, metadata run, body) at buf[off:]; return its chain CRC. buf must have room."""
     n = len(body)
-    end = off + HEADER_SIZE + n
-    _pack_head(buf, off, magic, HEADER_SIZE + n, index, term, pos, 0)
-    _pack_tail(buf, off + CHAIN_SPAN, 0, _crc32(body), n)
+    start = off + HEADER_SIZE  # of the body
+    if meta:
+        if len(meta) != META_SIZE:
+            raise _bad_meta(meta)
+        buf[start:start + META_SIZE] = meta
+        start += META_SIZE
+        body_crc = _crc32(body, _crc32(meta))
+    else:
+        body_crc = _crc32(body)
+    _pack_head(buf, off, magic, start - off + n, index, term, pos, len(meta))
+    _pack_tail(buf, off + CHAIN_SPAN, 0, body_crc, n)
     mv = memoryview(buf)
     chain = _crc32(mv[off + BODY_CRC_AT:off + HEADER_SIZE - 4], _crc32(mv[off:off + CHAIN_SPAN], prev_chain))
     _pack_chain(buf, off + CHAIN_SPAN, chain)
-    buf[off + HEADER_SIZE:end] = body
+    buf[start:start + n] = body
     return chain
 
 
-def encode_entry(magic: int, index: int, term: int, pos: int, body: bytes, prev_chain: int) -> tuple[bytes, int]:
+def encode_entry(magic: int, index: int, term: int, pos: int, body: bytes, prev_chain: int,
+                 meta: bytes = b"") -> tuple[bytes, int]:
     """Encode one entry; return (bytes, chain_crc)."""
-    buf = bytearray(HEADER_SIZE + len(body))
-    chain = encode_into(buf, 0, magic, index, term, pos, body, prev_chain)
+    buf = bytearray(HEADER_SIZE + len(meta) + len(body))
+    chain = encode_into(buf, 0, magic, index, term, pos, body, prev_chain, meta)
     return bytes(buf), chain
 
 
 def encode_run(bodies: Sequence[bytes], magic: int, first_index: int, term: int, first_pos: int,
-               prev_chain: int, positions: list[int]) -> tuple[bytearray, bytearray, int]:
+               prev_chain: int, positions: list[int],
+               metas: Mapping[int, bytes] | None = None) -> tuple[bytearray, bytearray, int]:
     """Encode contiguous entries into one data buffer and one index buffer.
 
     Returns (data, index_units, last_chain) and appends each entry's position to `positions`.
-    Each body is copied exactly once, into `data`.
+    Each body is copied exactly once, into `data`. `metas` maps an offset in `bodies` to that
+    entry's metadata run (META_SIZE bytes).
     """
+    if metas:
+        return _encode_run_metas(bodies, magic, first_index, term, first_pos, prev_chain, positions, metas)
     data = bytearray(sum(map(len, bodies)) + HEADER_SIZE * len(bodies))
     units = bytearray(INDEX_UNIT_SIZE * len(bodies))
     mv = memoryview(data)
@@ -128,6 +171,38 @@ def encode_run(bodies: Sequence[bytes], magic: int, first_index: int, term: int,
         pack_unit(units, (index - first_index) * INDEX_UNIT_SIZE, magic, pos, size, index, term)
         off += size
         index += 1
+    return data, units, chain
+
+
+def check_metas(metas: Mapping[int, bytes], count: int) -> None:
+    """Refuse (InvalidArgumentError) metadata for an offset outside a run of `count` entries, or of
+    the wrong length."""
+    for i, meta in metas.items():
+        if not 0 <= i < count:
+            raise InvalidArgumentError(f"entry metadata for offset {i} of a run of {count} entries")
+        if len(meta) != META_SIZE:
+            raise _bad_meta(meta)
+
+
+def _encode_run_metas(bodies: Sequence[bytes], magic: int, first_index: int, term: int, first_pos: int,
+                      prev_chain: int, positions: list[int],
+                      metas: Mapping[int, bytes]) -> tuple[bytearray, bytearray, int]:
+    """encode_run for a run where some entries carry metadata (a loop of its own: the plain one is hot)."""
+    check_metas(metas, len(bodies))
+    data = bytearray(sum(map(len, bodies)) + HEADER_SIZE * len(bodies) + META_SIZE * len(metas))
+    units = bytearray(INDEX_UNIT_SIZE * len(bodies))
+    pack_unit = INDEX_UNIT.pack_into
+    get_meta = metas.get
+    off = 0
+    chain = prev_chain
+    for i, body in enumerate(bodies):
+        meta = get_meta(i, b"")
+        pos = first_pos + off
+        positions.append(pos)
+        chain = encode_into(data, off, magic, first_index + i, term, pos, body, chain, meta)
+        size = HEADER_SIZE + len(meta) + len(body)
+        pack_unit(units, i * INDEX_UNIT_SIZE, magic, pos, size, first_index + i, term)
+        off += size
     return data, units, chain
 
 
@@ -155,19 +230,28 @@ def check_entry(buf: bytes | bytearray | memoryview, off: int, prev_chain: int |
     if avail < HEADER_SIZE:
         raise CorruptEntryError(f"truncated header: {avail} of {HEADER_SIZE} bytes")
     h = _unpack_header(buf, off)
-    magic, size, _index, _term, _pos, _channel, chain, body_crc, body_size = h
+    magic, size, _index, _term, _pos, channel, chain, body_crc, body_size = h
     if magic not in VALID_MAGICS:
         raise CorruptEntryError(f"bad magic {magic}")
-    if body_size < 0 or body_size > max_body or size != HEADER_SIZE + body_size:
+    if body_size < 0 or body_size > max_body or channel not in _CHANNELS or size != HEADER_SIZE + channel + body_size:
         raise CorruptEntryError(f"bad sizes: size {size}, body_size {body_size}")
     if avail < size:
-        raise CorruptEntryError(f"truncated body: {avail - HEADER_SIZE} of {body_size} bytes")
+        raise CorruptEntryError(f"truncated entry: {avail} of {size} bytes")
     mv = memoryview(buf)
     if prev_chain is not None and chain_of(mv, off, prev_chain) != chain:
         raise CorruptEntryError("chain CRC mismatch")
     if _crc32(mv[off + HEADER_SIZE:off + size]) != body_crc:
         raise CorruptEntryError("body CRC mismatch")
     return h
+
+
+def entry_at(buf: bytes | bytearray | memoryview, off: int, h: tuple[int, ...]) -> Entry:
+    """The Entry at buf[off:], given its checked header tuple `h`: the body is its last body_size bytes,
+    the metadata run what lies between the header and the body."""
+    end = off + h[1]
+    start = end - h[8]
+    meta = bytes(buf[off + HEADER_SIZE:start]) if start != off + HEADER_SIZE else b""
+    return Entry(h[2], h[3], h[4], bytes(buf[start:end]), h[0], meta)
 
 
 def decode_entries(buf: bytes | bytearray | memoryview, max_body: int,
@@ -177,18 +261,26 @@ def decode_entries(buf: bytes | bytearray | memoryview, max_body: int,
     off = 0
     n = len(buf)
     while off < n:
-        magic, size, index, term, pos, _c, chain, _b, _s = check_entry(buf, off, prev_chain, max_body)
-        out.append(Entry(index, term, pos, bytes(buf[off + HEADER_SIZE:off + size]), magic))
-        prev_chain = chain
-        off += size
+        h = check_entry(buf, off, prev_chain, max_body)
+        out.append(entry_at(buf, off, h))
+        prev_chain = h[6]
+        off += h[1]
     return out
 
 
+def digest_key(index: int, term: int, magic: int, meta: bytes | bytearray | memoryview) -> bytes:
+    """What a replica digest hashes before an entry's body: (index i64, term i64, magic i32), then
+    for an entry with metadata the metadata run, with META_FLAG set in the magic so that no entry
+    without metadata hashes the same bytes."""
+    if meta:
+        return _DIGEST_KEY(index, term, magic | META_FLAG) + bytes(meta)
+    return _DIGEST_KEY(index, term, magic)
+
+
 def replica_digest(entries: Iterable[Entry]) -> str:
-    """SHA-256 over each entry's (index i64, term i64, magic i32, body): equal logs, equal digests."""
+    """SHA-256 over each entry's digest_key and body: equal logs, equal digests."""
     h = hashlib.sha256()
-    pack = struct.Struct(">qqi").pack
     for e in entries:
-        h.update(pack(e.index, e.term, e.magic))
+        h.update(digest_key(e.index, e.term, e.magic, e.meta))
         h.update(e.body)
     return h.hexdigest()

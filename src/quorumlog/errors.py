@@ -36,6 +36,11 @@ class ResponseCode(IntEnum):
     INDEX_LESS_THAN_LOCAL_BEGIN = 419
     REQUEST_WITH_EMPTY_BODYS = 420
     PUSH_REQUEST_IS_FULL = 421
+    # The idempotent producer and conditional appends (quorumlog's own).
+    OUT_OF_ORDER_SEQUENCE = 422  # an earlier request of the producer is not in the log: nothing written
+    UNKNOWN_PRODUCER = 423  # a sequence above 0 from a producer the leader does not know (expired?)
+    SEQUENCE_TOO_OLD = 424  # written once already, too long ago for its position to be known
+    EXPECTED_END_MISMATCH = 425  # the group's last entry is not the one the request expected
     INTERNAL_ERROR = 500
     TERM_CHANGED = 501
     WAIT_QUORUM_ACK_TIMEOUT = 502
@@ -182,6 +187,24 @@ class TransferError(RequestError):
     """A leadership transfer was refused or did not complete (FALL_BEHIND_TOO_MUCH, TAKE_LEADERSHIP_FAILED…)."""
 
 
+class ExpectedEndMismatchError(RequestError):
+    """A conditional append found another last entry in the group than it expected: nothing was written.
+    `actual_end` is the index of the group's last client entry (-1: none)."""
+
+    code = ResponseCode.EXPECTED_END_MISMATCH
+
+    def __init__(self, message: str = "", code: ResponseCode | None = None, leader: str | None = None,
+                 actual_end: int = -1) -> None:
+        super().__init__(message, code, leader)
+        self.actual_end = actual_end
+
+
+class SequenceError(RequestError):
+    """The idempotent producer's sequence was refused (OUT_OF_ORDER_SEQUENCE: an earlier request is not in
+    the log; UNKNOWN_PRODUCER: the producer is unknown or expired; SEQUENCE_TOO_OLD: written once, too long
+    ago to know where). Nothing was written by this request."""
+
+
 _BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
     ResponseCode.NOT_LEADER: NotLeaderError,
     ResponseCode.UNKNOWN_GROUP: UnknownGroupError,
@@ -194,17 +217,23 @@ _BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
     ResponseCode.DISK_ERROR: DiskError,
     ResponseCode.FALL_BEHIND_TOO_MUCH: TransferError,
     ResponseCode.TAKE_LEADERSHIP_FAILED: TransferError,
+    ResponseCode.EXPECTED_END_MISMATCH: ExpectedEndMismatchError,
+    ResponseCode.OUT_OF_ORDER_SEQUENCE: SequenceError,
+    ResponseCode.UNKNOWN_PRODUCER: SequenceError,
+    ResponseCode.SEQUENCE_TOO_OLD: SequenceError,
 }
 
 
-def error_for(code: int, reason: str = "", leader: str | None = None) -> QuorumLogError:
-    """The typed exception for a node's non-SUCCESS answer."""
+def error_for(code: int, reason: str = "", leader: str | None = None, detail: int | None = None) -> QuorumLogError:
+    """The typed exception for a node's non-SUCCESS answer (`detail`: the error's number, if any)."""
     try:
         rc = ResponseCode(code)
     except ValueError:
         rc = ResponseCode.UNKNOWN
     message = f"{rc.name}: {reason}" if reason else rc.name
     cls = _BY_CODE.get(rc, RequestError)
+    if cls is ExpectedEndMismatchError:
+        return ExpectedEndMismatchError(message, rc, leader, -1 if detail is None else detail)
     if issubclass(cls, RequestError):
         return cls(message, rc, leader)
     return cls(message, rc)

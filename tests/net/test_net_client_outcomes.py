@@ -1,6 +1,8 @@
-"""How AsyncClient treats an append whose outcome it cannot know: with retry_uncertain=False it never
-sends it again (a lost connection with the request in flight, TERM_CHANGED); a definite refusal
-(NOT_LEADER) is retried either way. The other end is a socket server that answers as a node would."""
+"""How AsyncClient treats an append whose outcome it cannot know. Without the idempotent producer and
+with retry_uncertain=False it never sends it again (a lost connection with the request in flight,
+TERM_CHANGED); a definite refusal (NOT_LEADER) is retried either way. With the idempotent producer (the
+default) every retry carries the same producer and sequence, which is what makes it safe. The other
+end is a socket server that answers as a node would."""
 
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ def test_uncertain_appends_are_sent_once_unless_the_caller_allows_more(first: st
                 return sc.METADATA_RESPONSE.encode(200, "g0", "s0", 1, {"s0": addr[0]})
             if f.op != Op.APPEND:
                 return encode_error(ResponseCode.UNSUPPORTED)
-            appends.append(sc.APPEND_REQUEST.decode(f.body).body)
+            appends.append(sc.APPEND_REQUEST.decode(f.body).body)  # the plain layout: no producer
             if len(appends) > 1:
                 return sc.APPEND_RESPONSE.encode(200, 7, 1, 0)
             if first == "drop":  # as a node that dies with the append in flight
@@ -54,7 +56,7 @@ def test_uncertain_appends_are_sent_once_unless_the_caller_allows_more(first: st
         async with await serve(HOST, 0, node, cluster=CLUSTER, node_id="s0") as server:
             addr.append(f"{HOST}:{server.port}")
             async with AsyncClient(addr[0], cluster=CLUSTER, retry_uncertain=retry_uncertain,
-                                   retry_timeout=10) as client:
+                                   retry_timeout=10, idempotent=False) as client:
                 if uncertain:
                     with pytest.raises(AppendUncertainError):
                         await client.append(b"once")
@@ -67,3 +69,40 @@ def test_uncertain_appends_are_sent_once_unless_the_caller_allows_more(first: st
 
     asyncio.run(bounded())
     assert appends == ([b"once"] if uncertain else [b"once", b"once"])
+
+
+@pytest.mark.parametrize("first", ["drop", "term_changed", "not_leader"])
+def test_idempotent_retries_carry_the_same_producer_and_sequence(first: str) -> None:
+    seen: list[tuple[bytes, int, int]] = []
+
+    async def main() -> None:
+        addr: list[str] = []
+
+        def node(conn: Connection, f: Frame) -> bytes | None:
+            if f.op == Op.METADATA:
+                return sc.METADATA_RESPONSE.encode(200, "g0", "s0", 1, {"s0": addr[0]})
+            if f.op != Op.APPEND:
+                return encode_error(ResponseCode.UNSUPPORTED)
+            r = sc.APPEND_PRODUCER_REQUEST.decode(f.body)
+            seen.append((r.body, r.producer, r.seq))
+            if len(seen) % 2 == 0:
+                return sc.APPEND_RESPONSE.encode(200, 7 + len(seen), 1, 0)
+            if first == "drop":
+                conn.close("node shutting down", goodbye=ResponseCode.SUCCESS)
+                return None
+            code = ResponseCode.TERM_CHANGED if first == "term_changed" else ResponseCode.NOT_LEADER
+            return encode_error(code, "try again")
+
+        async with await serve(HOST, 0, node, cluster=CLUSTER, node_id="s0") as server:
+            addr.append(f"{HOST}:{server.port}")
+            async with AsyncClient(addr[0], cluster=CLUSTER, retry_uncertain=False, retry_timeout=10) as client:
+                assert (await client.append(b"one")).index == 9
+                assert (await client.append(b"two")).index == 11
+
+    async def bounded() -> Any:
+        async with asyncio.timeout(30):
+            await main()
+
+    asyncio.run(bounded())
+    assert [b for b, _p, _s in seen] == [b"one", b"one", b"two", b"two"]
+    assert len({p for _b, p, _s in seen}) == 1 and [s for _b, _p, s in seen] == [0, 0, 1, 1]

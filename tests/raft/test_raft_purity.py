@@ -62,3 +62,47 @@ def test_raft_core_does_not_import_net_server_or_sim() -> None:
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level >= 2 and node.module:
                 assert node.module.split(".")[0] not in {"net", "server", "sim", "client", "cli"}, path.name
+
+
+def _local_imports(path: Path) -> set[str]:
+    """The raft modules `path` imports (`from .x import ...`), type-checking-only imports included."""
+    tree = ast.parse(path.read_text(), str(path))
+    return {node.module.split(".")[0] for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module}
+
+
+def test_raft_modules_import_no_circle() -> None:
+    """The node drives the elector and the driver drives the node, never the other way round: a module
+    that calls back into the node would be a second writer of its state."""
+    graph = {p.stem: _local_imports(p) for p in _modules() if p.stem != "__init__"}
+    assert "node" not in graph["elector"] and "node" not in graph["ready"]
+    done: set[str] = set()
+
+    def visit(mod: str, path: list[str]) -> None:
+        assert mod not in path, " -> ".join(path + [mod])
+        if mod in done:
+            return
+        for dep in graph.get(mod, ()):
+            visit(dep, path + [mod])
+        done.add(mod)
+
+    for mod in graph:
+        visit(mod, [])
+
+
+def test_only_the_node_writes_role_term_leader_and_vote() -> None:
+    offenders = []
+    for path in _modules():
+        if path.stem in ("node", "member"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, ast.AugAssign | ast.AnnAssign) else []
+            for t in targets:
+                # A class's own copy (self.term of the Leader, fixed for its term) is not the member's state.
+                own = isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+                if isinstance(t, ast.Attribute) and t.attr in ("role", "term", "leader_id", "voted_for") and not own:
+                    offenders.append(f"{path.name}:{node.lineno}: {ast.unparse(t)} =")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "set_term":
+                offenders.append(f"{path.name}:{node.lineno}: set_term")
+    assert not offenders, offenders

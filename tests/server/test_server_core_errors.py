@@ -51,7 +51,7 @@ def test_core_errors_are_counted_and_survived_but_a_disk_error_stops_the_node(
         await node.start()
         try:
             g0, g1 = node.groups["g0"], node.groups["g1"]
-            async with AsyncClient(cfg.listen, retry_uncertain=False) as client:
+            async with AsyncClient(cfg.listen, retry_uncertain=False, idempotent=False) as client:
                 await client.append(b"before")
 
                 # Every tick fails for a while.
@@ -78,7 +78,7 @@ def test_core_errors_are_counted_and_survived_but_a_disk_error_stops_the_node(
                 monkeypatch.undo()
 
                 # A proposal that fails may have reached the store: the client hears "uncertain".
-                monkeypatch.setattr(g0.node, "propose", _raise(StoreError("injected propose failure")))
+                monkeypatch.setattr(g0.node, "propose_many", _raise(StoreError("injected propose failure")))
                 with pytest.raises(AppendUncertainError, match="injected propose failure"):
                     await client.append(b"maybe")
                 monkeypatch.undo()

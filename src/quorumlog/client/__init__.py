@@ -11,10 +11,16 @@ The client finds the leader through METADATA, follows NOT_LEADER redirects, and 
 across a leader change until `retry_timeout`. Appends are pipelined: concurrent calls share one
 connection and many requests may be in flight.
 
-**A retried append may be written twice.** When an append fails in a way that leaves its fate open
-(TERM_CHANGED, WAIT_QUORUM_ACK_TIMEOUT, the connection lost after the request left), the entry may
-still commit; the client retries, and the log may then hold it twice (at two indexes). There is no
-idempotent producer yet; pass `retry_uncertain=False` to get an AppendUncertainError instead and decide.
+**Retries never write twice.** Each client is an idempotent producer: it draws a random 63-bit
+producer id and numbers its appends; the leader recognises a retry (after TERM_CHANGED,
+WAIT_QUORUM_ACK_TIMEOUT, a lost connection or a leader change) and answers it with the original
+entries. At most `max_in_flight` appends are out at once. An append that fails for good raises, and
+the client continues under a new producer id. Producers idle for a day (the group's
+`producer_idle_ms`) are forgotten. `idempotent=False` turns this off: then a retried append may be
+written twice, and `retry_uncertain=False` raises AppendUncertainError instead of retrying.
+
+`append(body, expected_end=I)` writes only if the group's last client entry is index I (-1: none),
+else raises ExpectedEndMismatchError with `actual_end`: optimistic concurrency for a single writer.
 Reads never return uncommitted entries; every entry read is CRC-checked on arrival.
 """
 

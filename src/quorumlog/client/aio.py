@@ -10,13 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..config import MAX_BODY_BYTES
-from ..entry import HEADER_SIZE, Entry, check_entry
+from ..entry import Entry, check_entry, entry_at
 from ..errors import (
     AppendUncertainError,
     LeaderUnavailableError,
     NotLeaderError,
     QuorumLogError,
     ResponseCode,
+    SequenceError,
     error_for,
 )
 from ..net.bodies import FieldType, Schema, decode_response
@@ -25,8 +26,10 @@ from ..net.errors import ConnectionClosedError, HandshakeError, ProtocolError, R
 from ..net.frames import ONEWAY, Frame
 from ..net.ops import Op
 from ..net.schemas import (
+    APPEND_BATCH_PRODUCER_REQUEST,
     APPEND_BATCH_REQUEST,
     APPEND_BATCH_RESPONSE,
+    APPEND_PRODUCER_REQUEST,
     APPEND_REQUEST,
     APPEND_RESPONSE,
     GET_REQUEST,
@@ -46,6 +49,12 @@ from ..net.schemas import (
 )
 
 T = TypeVar("T")
+PRODUCER_WINDOW = 64  # the leader's default producer_window: appends one client keeps in flight
+
+
+def _new_producer_id(rng: random.Random) -> int:
+    """A random 63-bit id: two clients picking the same one is as unlikely as a UUID collision."""
+    return rng.getrandbits(63) or 1
 
 # Codes after which the same request may simply go again (to the leader, once known).
 _RETRY = frozenset({ResponseCode.NOT_LEADER, ResponseCode.LEADER_TRANSFERRING, ResponseCode.LEADER_PENDING_FULL,
@@ -112,7 +121,8 @@ class AsyncClient:
 
     def __init__(self, endpoints: str | Sequence[str], group: str = "g0", *, cluster: str = "quorumlog",
                  secret: str | None = None, request_timeout: float = 5.0, retry_timeout: float = 15.0,
-                 retry_uncertain: bool = True, connect_timeout: float = 2.0) -> None:
+                 retry_uncertain: bool = True, connect_timeout: float = 2.0, idempotent: bool = True,
+                 producer_id: int | None = None, max_in_flight: int = PRODUCER_WINDOW) -> None:
         self.endpoints = parse_endpoints(endpoints)
         self.group = group
         self.cluster = cluster
@@ -131,6 +141,21 @@ class AsyncClient:
         self._rng = random.Random()
         self._closed = False
         self.retries = 0  # requests sent again after a redirect, error or lost connection
+        # The idempotent producer: every append carries (producer id, sequence), so a retry is recognised
+        # and answered with the original entries. At most max_in_flight appends are out at once (the
+        # leader remembers that many per producer); a request that ends without success retires the
+        # producer id, so later ones never wait for a sequence that may be missing.
+        self.idempotent = idempotent
+        self._own_producer = producer_id is not None  # the caller numbers and owns it: never retired
+        self.producer_id = producer_id if producer_id is not None else _new_producer_id(self._rng)
+        if not 0 < self.producer_id < 1 << 63:
+            raise ValueError("producer_id must be in 1..2^63-1")
+        self._next_seq = 0
+        self._max_in_flight = max_in_flight
+        self._outstanding: dict[tuple[int, int], None] = {}  # (producer, seq) not yet answered, in order
+        self._window = asyncio.Condition()
+        self._reordering: set[int] = set()  # sequences refused as out of order, waiting to go again
+        self.producer_changes = 0
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -248,10 +273,12 @@ class AsyncClient:
         else:
             self._leader_addr = None
 
-    async def _leader_call(self, op: Op, body: bytes, schema: Schema, *, uncertain_ok: bool) -> Any:
-        """Send to the leader, following redirects and retrying until retry_timeout."""
+    async def _leader_call(self, op: Op, body: bytes, schema: Schema, *, uncertain_ok: bool,
+                           deadline: float | None = None) -> Any:
+        """Send to the leader, following redirects and retrying until retry_timeout (or `deadline`)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.retry_timeout
+        if deadline is None:
+            deadline = loop.time() + self.retry_timeout
         delay = 0.01
         while True:
             addr = await self._find_leader(deadline)
@@ -274,7 +301,7 @@ class AsyncClient:
                     if not uncertain_ok:
                         raise AppendUncertainError(str(e), code, e.leader) from None
                 elif code not in _RETRY:
-                    raise error_for(code, e.reason, e.leader) from None
+                    raise error_for(code, e.reason, e.leader, e.detail) from None
                 err: QuorumLogError = e
             except (ConnectionClosedError, OSError, RequestTimeoutError) as e:
                 self._leader_addr = None
@@ -284,7 +311,7 @@ class AsyncClient:
                 err = e if isinstance(e, QuorumLogError) else ConnectionClosedError(str(e))
             if loop.time() + delay > deadline:
                 if isinstance(err, ResponseError):
-                    raise error_for(err.code, err.reason, err.leader) from None
+                    raise error_for(err.code, err.reason, err.leader, err.detail) from None
                 raise LeaderUnavailableError(f"group {self.group}: gave up after {self.retry_timeout}s: {err}",
                                              ResponseCode.LEADER_NOT_READY) from None
             self.retries += 1
@@ -292,23 +319,116 @@ class AsyncClient:
             delay = min(delay * 2, 0.2)
 
     # -- appends -----------------------------------------------------------------------------------
-    async def append(self, body: bytes) -> AppendResult:
-        """Append one entry; returns once it is committed (durable on a majority)."""
-        r = await self._leader_call(Op.APPEND, APPEND_REQUEST.encode(self.group, body), APPEND_RESPONSE,
-                                    uncertain_ok=self.retry_uncertain)
+    async def append(self, body: bytes, *, expected_end: int | None = None) -> AppendResult:
+        """Append one entry; returns once it is committed (durable on a majority). With `expected_end`
+        it is written only if the group's last client entry is that index (-1: none), else
+        ExpectedEndMismatchError tells the actual one."""
+        r = await self._append_call(Op.APPEND, body, APPEND_RESPONSE, expected_end)
         return AppendResult(r.index, r.term, r.pos)
 
-    async def append_many(self, bodies: Sequence[bytes]) -> list[AppendResult]:
+    async def append_many(self, bodies: Sequence[bytes], *, expected_end: int | None = None) -> list[AppendResult]:
         """Append entries as one request (one frame, one quorum wait); indexes are consecutive."""
-        body = APPEND_BATCH_REQUEST.encode(self.group, list(bodies))
-        r = await self._leader_call(Op.APPEND_BATCH, body, _BATCH_ANSWER, uncertain_ok=self.retry_uncertain)
+        r = await self._append_call(Op.APPEND_BATCH, list(bodies), _BATCH_ANSWER, expected_end)
         return [AppendResult(r.first_index + i, r.term, p) for i, p in enumerate(r.positions)]
 
     async def append_batch_raw(self, bodies: Sequence[bytes]) -> tuple[int, int]:
         """append_many without building per-entry results: (first index, count). For high-rate producers."""
-        body = APPEND_BATCH_REQUEST.encode(self.group, list(bodies))
-        r = await self._leader_call(Op.APPEND_BATCH, body, _BATCH_ANSWER, uncertain_ok=self.retry_uncertain)
+        r = await self._append_call(Op.APPEND_BATCH, list(bodies), _BATCH_ANSWER, None)
         return r.first_index, len(r.positions)
+
+    async def _append_call(self, op: Op, bodies: bytes | list[bytes], schema: Schema,
+                           expected_end: int | None) -> Any:
+        single = op == Op.APPEND
+        end = -2 if expected_end is None else expected_end
+        if not self.idempotent:
+            if expected_end is None:
+                plain = (APPEND_REQUEST if single else APPEND_BATCH_REQUEST).encode(self.group, bodies)
+            else:
+                plain = (APPEND_PRODUCER_REQUEST if single else APPEND_BATCH_PRODUCER_REQUEST).encode(
+                    self.group, bodies, 0, -1, end)
+            return await self._leader_call(op, plain, schema, uncertain_ok=self.retry_uncertain)
+        layout = APPEND_PRODUCER_REQUEST if single else APPEND_BATCH_PRODUCER_REQUEST
+        loop = asyncio.get_running_loop()
+        producer, seq = await self._take_sequence()
+        try:
+            deadline = loop.time() + self.retry_timeout
+            delay = 0.01
+            while True:
+                body = layout.encode(self.group, bodies, producer, seq, end)
+                try:
+                    return await self._leader_call(op, body, schema, uncertain_ok=True, deadline=deadline)
+                except SequenceError as e:
+                    # An earlier sequence is not in the log yet (it is being retried), or was given up: this
+                    # request was not written, so it may wait, or take a sequence of the current producer.
+                    if e.code != ResponseCode.OUT_OF_ORDER_SEQUENCE or loop.time() + delay > deadline:
+                        self._retire(producer)
+                        raise
+                    self.retries += 1
+                    if producer != self.producer_id:
+                        await self._release_sequence(producer, seq)
+                        producer, seq = await self._take_sequence()
+                        continue
+                    self._reordering.add(seq)  # no new request goes out until the pipeline is in order
+                    if not await self._earlier_answered(producer, seq, deadline):
+                        await asyncio.sleep(delay * (0.5 + self._rng.random()))
+                        delay = min(delay * 2, 0.2)
+                except BaseException:
+                    self._retire(producer)
+                    raise
+        finally:
+            self._reordering.discard(seq)
+            await self._release_sequence(producer, seq)
+
+    async def _take_sequence(self) -> tuple[int, int]:
+        """The next (producer, sequence), once it is within max_in_flight of the oldest one not yet
+        answered: the leader remembers that many per producer, so a slow retry is always recognised."""
+        async with self._window:
+            await self._window.wait_for(self._window_open)
+            producer, seq = self._sequence()
+            self._outstanding[(producer, seq)] = None
+            return producer, seq
+
+    async def _earlier_answered(self, producer: int, seq: int, deadline: float) -> bool:
+        """Wait until every earlier request of `producer` is answered, so a request refused as out of
+        order goes again right after its predecessors and the pipeline is back in order at once (the
+        earliest one outstanding is never out of order). False if that did not happen by `deadline`."""
+        def settled() -> bool:
+            return not any(p == producer and s < seq for p, s in self._outstanding)
+
+        if settled():
+            return False  # it was refused all the same (a leader that has not caught up): back off
+        try:
+            async with self._window:
+                await asyncio.wait_for(self._window.wait_for(settled),
+                                       max(0.0, deadline - asyncio.get_running_loop().time()))
+            return True
+        except TimeoutError:
+            return False
+
+    async def _release_sequence(self, producer: int, seq: int) -> None:
+        if self._outstanding.pop((producer, seq), 0) is None:
+            async with self._window:
+                self._window.notify_all()
+
+    def _window_open(self) -> bool:
+        current = self.producer_id
+        oldest = next((s for p, s in self._outstanding if p == current), None)
+        return oldest is None or (self._next_seq - oldest < self._max_in_flight and not self._reordering)
+
+    def _sequence(self) -> tuple[int, int]:
+        seq = self._next_seq
+        self._next_seq += 1
+        return self.producer_id, seq
+
+    def _retire(self, producer: int) -> None:
+        """A request of `producer` ended without success: its sequence may be missing from the log, and
+        the leader would hold every later one back. Continue under a new producer id (unless the caller
+        chose the id: then the caller, e.g. a Spark task that Spark retries, starts over itself)."""
+        if producer == self.producer_id and not self._own_producer:
+            self.producer_id = _new_producer_id(self._rng)
+            self._next_seq = 0
+            self._reordering.clear()  # those sequences belong to the old id: they no longer hold anyone back
+            self.producer_changes += 1
 
     # -- reads -------------------------------------------------------------------------------------
     async def _any_call(self, op: Op, body: bytes, schema: Schema, prefer_leader: bool = True) -> Any:
@@ -474,9 +594,9 @@ def _decode(buf: bytes, max_body: int) -> list[Entry]:
     off = 0
     n = len(buf)
     while off < n:
-        magic, size, index, term, pos, _c, _chain, _b, _s = check_entry(buf, off, None, max_body)
-        out.append(Entry(index, term, pos, buf[off + HEADER_SIZE:off + size], magic))
-        off += size
+        h = check_entry(buf, off, None, max_body)
+        out.append(entry_at(buf, off, h))
+        off += h[1]
     return out
 
 

@@ -62,11 +62,11 @@ class Client:
         if not self._loop.is_running():
             self._loop.close()
 
-    def append(self, body: bytes) -> AppendResult:
-        return self._run(self._ac.append(body))
+    def append(self, body: bytes, *, expected_end: int | None = None) -> AppendResult:
+        return self._run(self._ac.append(body, expected_end=expected_end))
 
-    def append_many(self, bodies: Sequence[bytes]) -> list[AppendResult]:
-        return self._run(self._ac.append_many(bodies))
+    def append_many(self, bodies: Sequence[bytes], *, expected_end: int | None = None) -> list[AppendResult]:
+        return self._run(self._ac.append_many(bodies, expected_end=expected_end))
 
     def append_async(self, body: bytes) -> ConcurrentFuture[AppendResult]:
         """Start an append and return at once (pipelining from synchronous code)."""

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgpack
+
 from .client_cmds import add_connection_args
 
 
@@ -38,6 +40,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--single", type=int, default=2000, help="one-at-a-time appends for latency (default 2000)")
     p.add_argument("--failovers", type=int, default=5, help="leader kills with --local (default 5; 0 skips)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--no-idempotent", dest="idempotent", action="store_false",
+                   help="plain appends, without the idempotent producer's (producer, sequence)")
     p.set_defaults(func=_bench)
 
 
@@ -82,25 +86,40 @@ async def _throughput(args: argparse.Namespace, progress: Any) -> dict[str, Any]
     payload = os.urandom(args.size)
     batch = max(1, args.batch)
     clients = [AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=args.secret,
-                           retry_timeout=args.timeout) for _ in range(args.connections)]
+                           retry_timeout=args.timeout, idempotent=args.idempotent) for _ in range(args.connections)]
     # The request body is the same every time: encode it once (the client's CPU is not what we measure).
     if batch == 1:
         op, body, schema = Op.APPEND, APPEND_REQUEST.encode(args.group, payload), APPEND_RESPONSE
     else:
         op, body, schema = Op.APPEND_BATCH, APPEND_BATCH_REQUEST.encode(args.group, [payload] * batch), \
             _BATCH_ANSWER
+    # With the idempotent producer each request also carries (producer, seq, expected_end = none): the
+    # same array with three more fields, so only those are packed per request.
+    head, fields = b"\x95", body[1:]
     lat: list[float] = []
     done = [0]
     loop = asyncio.get_running_loop()
+
+    async def send(c: AsyncClient) -> None:
+        if not args.idempotent:
+            await c._leader_call(op, body, schema, uncertain_ok=True)
+            return
+        producer, seq = await c._take_sequence()
+        try:
+            request = b"".join((head, fields, msgpack.packb(producer), msgpack.packb(seq), msgpack.packb(-2)))
+            await c._leader_call(op, request, schema, uncertain_ok=True)
+        finally:
+            await c._release_sequence(producer, seq)
+
     for c in clients:  # connect and find the leader before the clock starts
-        await c._leader_call(op, body, schema, uncertain_ok=True)
+        await send(c)
     t0 = loop.time()
     stop_at = t0 + args.seconds
 
     async def worker(c: AsyncClient) -> None:
         while loop.time() < stop_at:
             t = time.perf_counter()
-            await c._leader_call(op, body, schema, uncertain_ok=True)
+            await send(c)
             lat.append(time.perf_counter() - t)
             done[0] += batch
 
@@ -127,7 +146,8 @@ async def _single(args: argparse.Namespace) -> dict[str, Any]:
 
     payload = os.urandom(args.size)
     lat = []
-    async with AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=args.secret) as c:
+    async with AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=args.secret,
+                           idempotent=args.idempotent) as c:
         await c.append(payload)
         for _ in range(args.single):
             t = time.perf_counter()

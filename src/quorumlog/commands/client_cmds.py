@@ -27,9 +27,13 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("append", help="append entries (arguments, or stdin lines)", description=(
         "Append each argument as one entry, or each line of stdin when there are no arguments (or '-'). "
-        "Prints index, term and position of each. A retried append may be written twice."))
+        "Prints index, term and position of each. Retries are idempotent: an append is written once even "
+        "when the leader changes under it."))
     add_connection_args(p)
     p.add_argument("bodies", nargs="*", help="entry bodies (UTF-8); none or '-' reads stdin lines")
+    p.add_argument("--expected-end", type=int, default=None,
+                   help="write only if the group's last client entry is this index (-1: none); the first "
+                        "request only, later ones follow it")
     p.add_argument("--batch", type=int, default=1000, help="stdin lines per request (default 1000)")
     p.add_argument("--quiet", "-q", action="store_true", help="print only a summary")
     p.set_defaults(func=_append)
@@ -90,9 +94,12 @@ def _append(args: argparse.Namespace) -> int:
         batches = _stdin_batches(max(1, args.batch))
     total = 0
     first = last = None
+    expected = args.expected_end
     with _client(args) as c:
         for batch in batches:
-            results = c.append_many(batch)
+            results = c.append_many(batch, expected_end=expected)
+            if expected is not None:
+                expected = results[-1].index  # the next request continues right after this one
             total += len(results)
             if first is None:
                 first = results[0].index
@@ -164,18 +171,21 @@ def _status(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table(title="quorumlog status")
-    for col in ("endpoint", "node", "group", "role", "term", "leader", "begin", "end", "committed", "lag"):
-        table.add_column(col, justify="right" if col in ("term", "begin", "end", "committed") else "left")
+    for col in ("endpoint", "node", "group", "role", "term", "leader", "begin", "end", "committed", "producers",
+                "lag"):
+        table.add_column(col, justify="right" if col in ("term", "begin", "end", "committed", "producers")
+                         else "left", no_wrap=col != "lag")
     for addr, d in docs.items():
         if "error" in d:
-            table.add_row(addr, "-", "-", "[red]down[/red]", "", "", "", "", "", d["error"][:60])
+            table.add_row(addr, "-", "-", "[red]down[/red]", "", "", "", "", "", "", d["error"][:60])
             continue
         for name, g in sorted(d["groups"].items()):
             role = g["role"]
             style = {"leader": "[bold green]", "candidate": "[yellow]"}.get(role, "")
             lag = ", ".join(f"{p}:{n}" for p, n in g.get("peer_lag", {}).items())
             table.add_row(addr, d["node"], name, f"{style}{role}", str(g["term"]), str(g["leader"] or "-"),
-                          str(g["begin_index"]), str(g["end_index"]), str(g["committed_index"]), lag)
+                          str(g["begin_index"]), str(g["end_index"]), str(g["committed_index"]),
+                          str(g.get("producers", "-")), lag)
     Console().print(table)
     return 0 if any("error" not in d for d in docs.values()) else 1
 

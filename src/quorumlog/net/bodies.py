@@ -245,10 +245,15 @@ def unpack(body: bytes | bytearray | memoryview) -> Any:
 
 # A non-SUCCESS response of an operation whose schema has generic_errors.
 ERROR = Schema("Error", [("code", INT), ("reason", STR), ("leader", OPT_STR)])
+# An error that carries a number (EXPECTED_END_MISMATCH: the group's actual last entry).
+ERROR_DETAIL = Schema("Error", [("code", INT), ("reason", STR), ("leader", OPT_STR), ("detail", INT)])
 
 
-def encode_error(code: ResponseCode | int, reason: str = "", leader: str | None = None) -> bytes:
-    """The body of an error response: [code, reason, leader hint]."""
+def encode_error(code: ResponseCode | int, reason: str = "", leader: str | None = None,
+                 detail: int | None = None) -> bytes:
+    """The body of an error response: [code, reason, leader hint] or, with a detail, [..., detail]."""
+    if detail is not None:
+        return _packb((int(code), reason, leader, detail))
     return _packb((int(code), reason, leader))
 
 
@@ -264,6 +269,6 @@ def decode_response(schema: Schema, body: bytes | bytearray | memoryview) -> Any
     if type(code) is not int:
         raise ProtocolError(f"{schema.name}.code: expected int, got {type(code).__name__}")
     if code != ResponseCode.SUCCESS and schema.generic_errors:
-        err = ERROR.validate(values)
-        raise ResponseError(err.code, err.reason, err.leader)
+        err = (ERROR_DETAIL if len(values) == 4 else ERROR).validate(values)
+        raise ResponseError(err.code, err.reason, err.leader, getattr(err, "detail", None))
     return schema.validate(values)

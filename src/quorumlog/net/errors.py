@@ -37,7 +37,8 @@ class HandshakeError(QuorumLogError):
 class ResponseError(QuorumLogError):
     """The peer answered with a code other than SUCCESS; `leader` is its leader hint, if any."""
 
-    def __init__(self, code: ResponseCode | int, reason: str = "", leader: str | None = None) -> None:
+    def __init__(self, code: ResponseCode | int, reason: str = "", leader: str | None = None,
+                 detail: int | None = None) -> None:
         try:
             rc = ResponseCode(code)
         except ValueError:
@@ -45,3 +46,4 @@ class ResponseError(QuorumLogError):
         super().__init__(f"{rc.name}: {reason}" if reason else rc.name, rc)
         self.reason = reason
         self.leader = leader
+        self.detail = detail

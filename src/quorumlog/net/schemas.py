@@ -75,6 +75,13 @@ APPEND_RESPONSE = _resp(Op.APPEND, ("index", INDEX), ("term", INT), ("pos", INT)
 APPEND_BATCH_REQUEST = _req(Op.APPEND_BATCH, ("group", GROUP), ("bodies", List(BYTES)))
 APPEND_BATCH_RESPONSE = _resp(Op.APPEND_BATCH, ("first_index", INDEX), ("term", INT),
                               ("positions", List(INT)))
+# The same requests with the idempotent producer and the conditional append after the bodies (a node
+# takes either layout): producer 0 and seq -1 for none, expected_end -2 for none.
+_PRODUCER_FIELDS: tuple[tuple[str, FieldType], ...] = (
+    ("producer", Int(0, I64_MAX, "producer")), ("seq", Int(-1, I64_MAX, "seq")),
+    ("expected_end", Int(-2, I64_MAX, "expected_end")))
+APPEND_PRODUCER_REQUEST = Schema("AppendRequest", (*APPEND_REQUEST.fields, *_PRODUCER_FIELDS))
+APPEND_BATCH_PRODUCER_REQUEST = Schema("AppendBatchRequest", (*APPEND_BATCH_REQUEST.fields, *_PRODUCER_FIELDS))
 GET_REQUEST = _req(Op.GET, ("group", GROUP), ("index", INDEX))
 GET_RESPONSE = _resp(Op.GET, ("entry", BYTES))  # one encoded entry: 48-byte header + body
 READ_REQUEST = _req(Op.READ, ("group", GROUP), ("from_index", INDEX), ("max_entries", U32),

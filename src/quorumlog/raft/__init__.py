@@ -1,5 +1,6 @@
 """The pure Raft core: no sockets, no clock, no threads, no asyncio (DESIGN §1, §3)."""
 
+from .driver import Driver
 from .messages import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -13,8 +14,8 @@ from .messages import (
     VoteResponse,
 )
 from .node import RaftNode
-from .ready import Completion, Ready, ReadyApplier, RoleChange
+from .ready import Completion, Ready, RoleChange
 
-__all__ = ["Completion", "HeartbeatRequest", "HeartbeatResponse", "Message", "PushKind", "PushRequest",
-           "PushResponse", "RaftNode", "Ready", "ReadyApplier", "Role", "RoleChange", "TimeoutNow",
+__all__ = ["Completion", "Driver", "HeartbeatRequest", "HeartbeatResponse", "Message", "PushKind", "PushRequest",
+           "PushResponse", "RaftNode", "Ready", "Role", "RoleChange", "TimeoutNow",
            "VoteRequest", "VoteResponse"]

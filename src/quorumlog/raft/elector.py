@@ -11,12 +11,16 @@
   timeout (check-quorum), so a partitioned leader stops accepting appends.
 - Leadership transfer: refused when the target lags more than `max_transfer_lag`; once the target has
   every entry the leader sends TimeoutNow and the target campaigns at once.
+
+The elector keeps timers, tallies and transfer bookkeeping only. It never changes role, term, leader or
+vote: it reports an `Outcome` (roles.py) and the node makes the transition.
 """
 
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
+from collections import Counter
+from collections.abc import Callable
 
 from ..config import RaftConfig
 from ..errors import ResponseCode
@@ -24,28 +28,31 @@ from ..store.base import LogStore
 from .member import MemberState
 from .messages import HeartbeatRequest, Role, TimeoutNow, VoteRequest, VoteResponse
 from .ready import TRANSFER, Completion, Ready
-
-if TYPE_CHECKING:
-    from .node import RaftNode
+from .roles import Event, Outcome
 
 SUCCESS = int(ResponseCode.SUCCESS)
+_TIMEOUT = Outcome(Event.ELECTION_TIMEOUT)
+_PRE_VOTE_WON = Outcome(Event.PRE_VOTE_WON)
+_ELECTED = Outcome(Event.ELECTED)
+_QUORUM_LOST = Outcome(Event.QUORUM_LOST)
 
 
 class Elector:
     """Timers and vote bookkeeping of one node. Role transitions themselves belong to the node."""
 
-    __slots__ = ("node", "member", "store", "config", "rng", "election_timeout", "deadline",
+    __slots__ = ("member", "store", "config", "rng", "stats", "peer_match", "election_timeout", "deadline",
                  "last_leader_contact", "pre_candidate", "votes", "next_heartbeat", "leader_since",
                  "peer_seen", "transfer_target", "transfer_deadline", "transfer_request", "transfer_sent",
                  "next_preferred_check", "jitter")
 
-    def __init__(self, node: RaftNode, member: MemberState, store: LogStore, config: RaftConfig,
-                 rng: random.Random) -> None:
-        self.node = node
+    def __init__(self, member: MemberState, store: LogStore, config: RaftConfig, rng: random.Random,
+                 stats: Counter[str], peer_match: Callable[[str], int]) -> None:
         self.member = member
         self.store = store
         self.config = config
         self.rng = rng
+        self.stats = stats
+        self.peer_match = peer_match  # the leader's watermark of a peer (-1 when not leading)
         self.election_timeout = config.election_timeout_ms
         self.deadline: int | None = None
         self.last_leader_contact: int | None = None
@@ -73,50 +80,50 @@ class Elector:
         self.last_leader_contact = now
         self.deadline = now + self.election_timeout + self.jitter
 
-    def tick(self, now: int, out: Ready) -> None:
+    def tick(self, now: int, out: Ready, can_lead: bool) -> Outcome | None:
         m = self.member
         if m.role == Role.LEADER:
-            self._tick_leader(now, out)
-            return
+            return self._tick_leader(now, out)
         if self.deadline is None:
             self.reset_timer(now)
-            return
+            return None
         if now < self.deadline:
-            return
-        if not self.node.can_lead():
+            return None
+        if not can_lead:
             # Protocol-aware recovery: a node that lost committed entries waits for a leader.
             self.reset_timer(now)
-            self.node.stats["campaign_blocked_damaged"] += 1
-            return
-        if self.config.pre_vote:
-            self.start_pre_vote(now, out)
-        else:
-            self.campaign(now, out, transfer=False)
+            self.stats["campaign_blocked_damaged"] += 1
+            return None
+        return _TIMEOUT
 
     # -- candidate side --------------------------------------------------------------------------
-    def start_pre_vote(self, now: int, out: Ready) -> None:
+    def start_pre_vote(self, now: int, out: Ready) -> Outcome | None:
+        """The node became a pre-candidate: ask for votes for term + 1 without raising the term."""
         m = self.member
-        m.role = Role.CANDIDATE
-        m.leader_id = None
         self.pre_candidate = True
         self.votes = {m.node_id: True}
         self.reset_timer(now)
-        self.node.stats["pre_votes_started"] += 1
+        self.stats["pre_votes_started"] += 1
         self._request_votes(m.term + 1, pre_vote=True, transfer=False, out=out)
-        self._count_votes(now, out)
+        return self._count_votes()
 
-    def campaign(self, now: int, out: Ready, transfer: bool) -> None:
+    def start_campaign(self, now: int, out: Ready, transfer: bool) -> Outcome | None:
+        """The node raised its term and voted for itself: ask the others."""
         m = self.member
-        m.set_term(m.term + 1, m.node_id)
-        m.role = Role.CANDIDATE
-        m.leader_id = None
-        self.node.on_new_term()
         self.pre_candidate = False
         self.votes = {m.node_id: True}
         self.reset_timer(now)
-        self.node.stats["campaigns"] += 1
+        self.stats["campaigns"] += 1
         self._request_votes(m.term, pre_vote=False, transfer=transfer, out=out)
-        self._count_votes(now, out)
+        return self._count_votes()
+
+    def on_become_follower(self, now: int, leader_known: bool, restart_timer: bool) -> None:
+        self.pre_candidate = False
+        self.votes = {}
+        if leader_known:
+            self.on_leader_contact(now)
+        elif restart_timer:
+            self.reset_timer(now)
 
     def _request_votes(self, term: int, pre_vote: bool, transfer: bool, out: Ready) -> None:
         m = self.member
@@ -126,28 +133,23 @@ class Elector:
             out.messages.append(VoteRequest(m.group, m.node_id, peer, term, last_index, last_term,
                                             pre_vote, transfer))
 
-    def on_vote_response(self, resp: VoteResponse, now: int, out: Ready) -> None:
+    def on_vote_response(self, resp: VoteResponse) -> Outcome | None:
         m = self.member
         if m.role != Role.CANDIDATE or resp.pre_vote != self.pre_candidate:
-            return  # a stale answer to an earlier round
+            return None  # a stale answer to an earlier round
         if not resp.granted and resp.term > m.term:
-            self.node.become_follower(resp.term, None, now, out, by=resp.sender)
-            return
+            return Outcome(Event.HIGHER_TERM, resp.term, None, resp.sender)
         expected = m.term + 1 if self.pre_candidate else m.term
         if resp.term != expected:
-            return
+            return None
         self.votes[resp.sender] = resp.granted
-        self._count_votes(now, out)
+        return self._count_votes()
 
-    def _count_votes(self, now: int, out: Ready) -> None:
-        m = self.member
+    def _count_votes(self) -> Outcome | None:
         granted = sum(1 for v in self.votes.values() if v)
-        if granted < m.majority:
-            return
-        if self.pre_candidate:
-            self.campaign(now, out, transfer=False)
-        else:
-            self.node.become_leader(now, out)
+        if granted < self.member.majority:
+            return None
+        return _PRE_VOTE_WON if self.pre_candidate else _ELECTED
 
     # -- voter side ------------------------------------------------------------------------------
     def _in_lease(self, now: int) -> bool:
@@ -160,39 +162,41 @@ class Elector:
         return (m.leader_id is not None and self.last_leader_contact is not None
                 and now - self.last_leader_contact < self.election_timeout)
 
-    def on_vote_request(self, req: VoteRequest, now: int, out: Ready) -> None:
+    def on_vote_request(self, req: VoteRequest, now: int, out: Ready, can_vote: bool) -> Outcome | None:
+        """Answer `req`, except when it names a later term we may move to: then the outcome says so, and
+        the node asks again once it follows in that term. A granted vote comes back as VOTED: the node
+        writes it (durably) before the answer leaves."""
         m = self.member
         store = self.store
         log_ok = (req.last_term, req.last_index) >= (store.end_term, store.end_index)
         in_lease = not req.transfer and self._in_lease(now)
-        can_vote = self.node.can_vote()
         if req.pre_vote:
             grant = req.term > m.term and log_ok and not in_lease and can_vote
             code = SUCCESS if grant else self._refusal(log_ok, in_lease, can_vote)
             out.messages.append(VoteResponse(m.group, m.node_id, req.sender, req.term if grant else m.term,
                                              grant, True, code))
-            return
+            return None
         if req.term < m.term:
             out.messages.append(VoteResponse(m.group, m.node_id, req.sender, m.term, False, False,
                                              int(ResponseCode.EXPIRED_TERM)))
-            return
+            return None
         if req.term > m.term:
             if in_lease:
                 # Leader stickiness: a live leader's followers do not let a rejoining node depose it.
-                self.node.stats["votes_ignored_in_lease"] += 1
+                self.stats["votes_ignored_in_lease"] += 1
                 out.messages.append(VoteResponse(m.group, m.node_id, req.sender, m.term, False, False,
                                                  int(ResponseCode.INCONSISTENT_LEADER)))
-                return
-            self.node.become_follower(req.term, None, now, out, by=req.sender)
+                return None
+            return Outcome(Event.HIGHER_TERM, req.term, None, req.sender)
         free = m.voted_for == req.sender or (m.voted_for is None and m.leader_id is None)
         grant = m.role == Role.FOLLOWER and free and log_ok and can_vote
         if grant:
-            m.set_term(m.term, req.sender)  # durable before the response exists
             self.reset_timer(now)
             code = SUCCESS
         else:
             code = self._refusal(log_ok, False, can_vote) if free else int(ResponseCode.REPEATED_REQUEST)
         out.messages.append(VoteResponse(m.group, m.node_id, req.sender, m.term, grant, False, code))
+        return Outcome(Event.VOTED, m.term, None, req.sender) if grant else None
 
     @staticmethod
     def _refusal(log_ok: bool, in_lease: bool, can_vote: bool) -> int:
@@ -217,16 +221,15 @@ class Elector:
         if peer in self.peer_seen:
             self.peer_seen[peer] = now
 
-    def _tick_leader(self, now: int, out: Ready) -> None:
+    def _tick_leader(self, now: int, out: Ready) -> Outcome | None:
         m = self.member
         # Check quorum first: a leader about to step down must not heartbeat its followers once more.
         if self.config.check_quorum and now - self.leader_since >= self.election_timeout:
             window = self.election_timeout
             alive = 1 + sum(1 for p in m.others if now - self.peer_seen[p] < window)
             if alive < m.majority:
-                self.node.stats["check_quorum_step_downs"] += 1
-                self.node.become_follower(m.term, None, now, out, by=None)
-                return
+                self.stats["check_quorum_step_downs"] += 1
+                return _QUORUM_LOST
         if now >= self.next_heartbeat:
             commit = self.store.committed_index
             end = self.store.end_index
@@ -236,6 +239,7 @@ class Elector:
         if self.transfer_target is not None and now >= self.transfer_deadline:
             self.finish_transfer(int(ResponseCode.TAKE_LEADERSHIP_FAILED), out)
         self._maybe_hand_to_preferred(now, out)
+        return None
 
     # -- leadership transfer ---------------------------------------------------------------------
     @property
@@ -254,7 +258,7 @@ class Elector:
             code = int(ResponseCode.NOT_LEADER)
         elif self.transfer_target is not None:
             code = int(ResponseCode.LEADER_TRANSFERRING)
-        elif self.store.end_index - self.node.peer_match(target) > self.config.max_transfer_lag:
+        elif self.store.end_index - self.peer_match(target) > self.config.max_transfer_lag:
             code = int(ResponseCode.FALL_BEHIND_TOO_MUCH)
         if code is not None:
             if request_id is not None:
@@ -265,7 +269,7 @@ class Elector:
         self.transfer_deadline = now + self.config.transfer_timeout_ms
         self.transfer_request = request_id
         self.transfer_sent = False
-        self.node.stats["transfers_started"] += 1
+        self.stats["transfers_started"] += 1
         self.transfer_progress(out)
 
     def transfer_progress(self, out: Ready) -> None:
@@ -273,7 +277,7 @@ class Elector:
         target = self.transfer_target
         if target is None or self.transfer_sent:
             return
-        if self.node.peer_match(target) >= self.store.end_index:
+        if self.peer_match(target) >= self.store.end_index:
             m = self.member
             out.messages.append(TimeoutNow(m.group, m.node_id, target, m.term))
             self.transfer_sent = True
@@ -284,9 +288,9 @@ class Elector:
         if self.transfer_target is None:
             return
         if code == SUCCESS:
-            self.node.stats["transfers_succeeded"] += 1
+            self.stats["transfers_succeeded"] += 1
         else:
-            self.node.stats["transfers_failed"] += 1
+            self.stats["transfers_failed"] += 1
         if self.transfer_request is not None:
             out.completions.append(Completion(self.transfer_request, code, TRANSFER, term=self.member.term,
                                               leader_id=leader_id or self.member.leader_id))
@@ -302,6 +306,6 @@ class Elector:
             return
         # Retry rarely: a preferred node that cannot take over must not keep the group unavailable.
         self.next_preferred_check = now + 4 * self.config.transfer_timeout_ms
-        if self.store.end_index - self.node.peer_match(preferred) <= self.config.max_transfer_lag:
-            self.node.stats["preferred_leader_transfers"] += 1
+        if self.store.end_index - self.peer_match(preferred) <= self.config.max_transfer_lag:
+            self.stats["preferred_leader_transfers"] += 1
             self.transfer(preferred, now, None, out)

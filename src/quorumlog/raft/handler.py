@@ -27,6 +27,7 @@ from ..errors import CorruptEntryError, DiskFullError, IndexOutOfRangeError, Res
 from ..store.base import LogStore
 from .member import MemberState
 from .messages import NO_ACK, RESET_DATA, PushKind, PushRequest, PushResponse
+from .producers import ProducerTable
 from .quorum import first_index_of_term
 from .ready import Ready
 
@@ -38,14 +39,16 @@ _SIZE_INDEX_TERM = struct.Struct(">iiqq")  # magic, size, index, term: the start
 class EntryHandler:
     """Receives a leader's pushes while this node follows it."""
 
-    __slots__ = ("member", "store", "config", "stats", "appends", "control", "waiting_since", "held",
-                 "matched_upto", "leader_commit", "control_limit", "append_limit")
+    __slots__ = ("member", "store", "config", "stats", "producers", "appends", "control", "waiting_since",
+                 "held", "matched_upto", "leader_commit", "control_limit", "append_limit")
 
-    def __init__(self, member: MemberState, store: LogStore, config: RaftConfig, stats: Counter[str]) -> None:
+    def __init__(self, member: MemberState, store: LogStore, config: RaftConfig, stats: Counter[str],
+                 producers: ProducerTable) -> None:
         self.member = member
         self.store = store
         self.config = config
         self.stats = stats
+        self.producers = producers  # kept in step with every change this handler makes to the log
         self.appends: dict[int, PushRequest] = {}
         self.control: deque[PushRequest] = deque()
         self.waiting_since: int | None = None
@@ -145,7 +148,7 @@ class EntryHandler:
             self._respond(req, INCONSISTENT_STATE, out)
             return
         try:
-            store.append_encoded(data)
+            metas = store.append_encoded_metas(data)[1]
         except CorruptEntryError:
             self.stats["append_rejected_corrupt"] += 1
             self._respond(req, INCONSISTENT_STATE, out)
@@ -153,6 +156,8 @@ class EntryHandler:
         except DiskFullError:
             self._respond(req, int(ResponseCode.DISK_FULL), out)
             return
+        if metas:
+            self.producers.record_metas(metas)
         last = store.end_index
         self.matched_upto = last
         self.apply_commit(req.commit_index)
@@ -270,6 +275,7 @@ class EntryHandler:
         except (StoreError, IndexOutOfRangeError):
             self._respond(req, INCONSISTENT_STATE, out)
             return
+        self.producers.truncate_after(ti)
         self.held = [h for h in self.held if h[0] <= ti]
         self.matched_upto = ti
         self.apply_commit(req.commit_index)
@@ -296,6 +302,9 @@ class EntryHandler:
             self._respond(req, INCONSISTENT_STATE, out)
             return
         self.stats["log_resets"] += 1
+        # The log restarts at the leader's begin; the table follows it as entries arrive. Producers
+        # idle for longer than retention are forgotten with them (docs/protocol.md).
+        self.producers.clear()
         self.held.clear()
         self.appends.clear()
         self.matched_upto = begin - 1
@@ -309,6 +318,7 @@ class EntryHandler:
         store = self.store
         if target > store.committed_index:
             store.set_committed(target)
+            self.producers.forget_spans(target)
 
     # -- responses -----------------------------------------------------------------------------
     def _respond(self, req: PushRequest, code: int, out: Ready) -> None:

@@ -185,6 +185,17 @@ RESET_DATA = struct.Struct(">qI")  # PushRequest RESET: begin position, chain CR
 NO_ACK = -2  # PushResponse.acked when nothing is acknowledged (-1 is a real value: the empty prefix)
 
 
+def refusal(msg: Message, me: str, term: int, code: int, end_index: int, begin_index: int) -> Message | None:
+    """The refusing answer to a request, or None for a message that gets no answer."""
+    if isinstance(msg, PushRequest):
+        return PushResponse(msg.group, me, msg.sender, term, msg.kind, code, msg.index, -2, end_index, begin_index)
+    if isinstance(msg, HeartbeatRequest):
+        return HeartbeatResponse(msg.group, me, msg.sender, term, code)
+    if isinstance(msg, VoteRequest):
+        return VoteResponse(msg.group, me, msg.sender, term, False, msg.pre_vote, code)
+    return None
+
+
 def describe(m: Message) -> str:
     """A one-line, human-readable form for traces (entry bytes are summarised, not printed)."""
     name = type(m).__name__

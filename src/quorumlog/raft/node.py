@@ -1,8 +1,9 @@
 """RaftNode: the façade of the pure core. Input is a tick, a message, a proposal or a transfer request,
 each with the current time; output is a `Ready` (see ready.py for how a driver applies it).
 
-The node routes messages after checking group, target, sender and term, and owns the role transitions;
-elections live in elector.py, the leader's replication in pusher.py, the follower's in handler.py.
+The node routes messages after checking group, target, sender and term, and is the only writer of role,
+term, leader and vote: every change goes through the transition table of roles.py. Elections live in
+elector.py (which reports outcomes), the leader's replication in pusher.py, the follower's in handler.py.
 Nothing here performs I/O beyond the store API, reads a clock or uses global randomness.
 """
 
@@ -23,6 +24,7 @@ from ..errors import (
     ResponseCode,
 )
 from ..store.base import LogStore
+from .appends import AppendRequest
 from .elector import Elector
 from .handler import EntryHandler
 from .joining import BOOTSTRAP, JOIN, Joiner
@@ -39,9 +41,12 @@ from .messages import (
     TimeoutNow,
     VoteRequest,
     VoteResponse,
+    refusal,
 )
+from .producers import ProducerTable
 from .pusher import Leader
 from .ready import APPEND, Completion, Ready, RoleChange
+from .roles import Event, Outcome, next_role
 
 SUCCESS = int(ResponseCode.SUCCESS)
 _REQUESTS = (VoteRequest, HeartbeatRequest, PushRequest, TimeoutNow)
@@ -75,16 +80,17 @@ class RaftNode:
             self.joiner = Joiner.create(self.member, rng, config.heartbeat_interval_ms)
             if not self.member.others:
                 self._join(BOOTSTRAP)  # a group of one has nobody to ask
-        self.elector = Elector(self, self.member, store, config, rng)
-        self.handler = EntryHandler(self.member, store, config, self.stats)
+        self.elector = Elector(self.member, store, config, rng, self.stats, self.peer_match)
+        # Every member keeps the producer table of its whole log (producers.py), so a new leader has it.
+        self.producers = ProducerTable(config.producer_window, config.producer_idle_ms)
+        self.producers.rebuild(store)
+        self.stats["partial_requests_cut"] += bool(self.producers.cut_partial_tail(store))
+        self.handler = EntryHandler(self.member, store, config, self.stats, self.producers)
         self.leader: Leader | None = None
         self._next_request_id = 1
-        # Protocol-aware recovery: committed entries were lost, so this node must not vote or lead
-        # until it again holds them. Entries it lost above its checkpointed commit may have been
-        # committed (and acknowledged) too, so it also waits until it has committed up to the end of
-        # the first leader it hears from: that leader holds every committed entry (leader
-        # completeness), and committing its end means a majority holds them all again.
-        # The state is persisted (MemberState.set_recovering) because a restart midway must not end it.
+        # Protocol-aware recovery: this node lost entries it may have acknowledged, so it neither votes
+        # nor leads until it has committed up to the end of a leader elected without it (which holds
+        # every committed entry). Persisted (set_recovering): a restart midway must not end it.
         damage = store.damage
         if damage is not None:
             self.member.set_recovering(True)
@@ -113,10 +119,6 @@ class RaftNode:
         return self.member.role == Role.LEADER
 
     @property
-    def commit_index(self) -> int:
-        return self.store.committed_index
-
-    @property
     def recovering(self) -> bool:
         return self.recover_floor is not None
 
@@ -134,26 +136,12 @@ class RaftNode:
         """The highest index this node may expire up to: its commit index, and on a leader no more than
         what every member holds, except members unheard of for `member_timeout_ms` (they are reset when
         they return, so a long-dead member does not fill the disk)."""
-        safe = self.store.committed_index
-        leader = self.leader
-        if leader is None or self.member.role != Role.LEADER:
-            return safe
-        seen = self.elector.peer_seen
-        for peer in self.member.others:
-            if now_ms - seen.get(peer, now_ms) < member_timeout_ms:
-                safe = min(safe, leader.peer_match(peer))
-        return safe
+        if self.leader is None or self.member.role != Role.LEADER:
+            return self.store.committed_index
+        return self.leader.expiry_safe_index(self.elector.peer_seen, now_ms, member_timeout_ms)
 
     def peer_match(self, peer: str) -> int:
         return self.leader.peer_match(peer) if self.leader is not None else -1
-
-    def status(self) -> dict[str, object]:
-        """A plain summary for logs, metrics and the admin endpoint."""
-        s = self.store
-        return {"node": self.node_id, "group": self.group, "role": self.role.name, "term": self.term,
-                "leader": self.leader_id, "begin": s.begin_index, "end": s.end_index,
-                "committed": s.committed_index, "durable": s.durable_index, "recovering": self.recovering,
-                "joining": self.joining}
 
     # -- inputs --------------------------------------------------------------------------------
     def tick(self, now_ms: int) -> Ready:
@@ -161,7 +149,7 @@ class RaftNode:
         if self.joiner is not None:
             out.messages.extend(self.joiner.probes(now_ms))
         try:
-            self.elector.tick(now_ms, out)
+            self._run(self.elector.tick(now_ms, out, self.can_lead()), now_ms, out)
             leader = self.leader
             if leader is not None and self.member.role == Role.LEADER:
                 leader.expire_pending(now_ms, out)
@@ -198,30 +186,38 @@ class RaftNode:
         return self._finish(out, before)
 
     def propose(self, bodies: Sequence[bytes], now_ms: int, request_id: int | None = None,
-                group: str | None = None, target: str | None = None) -> Ready:
+                group: str | None = None, target: str | None = None, *, producer: int = 0, seq: int = -1,
+                expected_end: int | None = None, wall_ms: int = 0) -> Ready:
         """Append a batch of bodies as one request with one wait. The outcome arrives as a Completion
         with the request id (given, or assigned and reported in `ready.request_id`)."""
-        out, before = self._begin()
         rid = self._request_id(request_id)
-        out.request_id = rid
-        m = self.member
-        code: ResponseCode | None = None
+        request = AppendRequest(rid, bodies, producer, seq, expected_end)
         if group is not None and group != self.group:
-            code = ResponseCode.UNKNOWN_GROUP
+            ready = self._refuse([request], ResponseCode.UNKNOWN_GROUP)
         elif target is not None and target != self.node_id:
-            code = ResponseCode.UNKNOWN_MEMBER
-        elif m.role != Role.LEADER or self.leader is None:
-            code = ResponseCode.NOT_LEADER
-        elif self.elector.transferring:
-            code = ResponseCode.LEADER_TRANSFERRING
-        elif not bodies:
-            code = ResponseCode.REQUEST_WITH_EMPTY_BODYS
-        if code is not None:
-            self.stats[f"append_{code.name.lower()}"] += 1
-            out.completions.append(Completion(rid, int(code), APPEND, term=m.term, leader_id=m.leader_id))
+            ready = self._refuse([request], ResponseCode.UNKNOWN_MEMBER)
         else:
-            assert self.leader is not None
-            self.leader.propose(rid, bodies, now_ms, out)
+            ready = self.propose_many([request], now_ms, wall_ms)
+        ready.request_id = rid
+        return ready
+
+    def propose_many(self, requests: Sequence[AppendRequest], now_ms: int, wall_ms: int = 0) -> Ready:
+        """Client requests, judged in order and written as one run (appends.py); each is answered by a
+        Completion of its own. `wall_ms` is the wall clock, written with each idempotent request."""
+        if self.member.role != Role.LEADER or self.leader is None:
+            return self._refuse(requests, ResponseCode.NOT_LEADER)
+        if self.elector.transferring:
+            return self._refuse(requests, ResponseCode.LEADER_TRANSFERRING)
+        out, before = self._begin()
+        self.leader.propose(requests, now_ms, wall_ms, out)
+        return self._finish(out, before)
+
+    def _refuse(self, requests: Sequence[AppendRequest], code: ResponseCode) -> Ready:
+        out, before = self._begin()
+        m = self.member
+        self.stats[f"append_{code.name.lower()}"] += len(requests)
+        out.completions.extend(Completion(r.request_id, int(code), APPEND, term=m.term, leader_id=m.leader_id)
+                               for r in requests)
         return self._finish(out, before)
 
     def transfer_leader(self, target: str, now_ms: int, request_id: int | None = None) -> Ready:
@@ -305,12 +301,13 @@ class RaftNode:
             return
         self.stats["corrupt_entries_found"] += 1
         self.store.mark_damaged(index, str(e))
+        self.producers.after_cut(self.store)
         damage = self.store.damage
         self._enter_recovery(damage.committed_index if damage is not None else index)
         if self.member.role != Role.FOLLOWER:
-            self.become_follower(self.member.term, None, now, out, by=None)
+            self._run(Outcome(Event.CORRUPTION), now, out)
         else:
-            self.handler.reset()
+            self.handler.reset()  # not a role change: forget pushes that assumed the cut entries
 
     def _join(self, decision: str) -> None:
         """A pristine node learned whether its group exists (joining.py)."""
@@ -349,7 +346,7 @@ class RaftNode:
         elif cls is PushResponse or cls is HeartbeatResponse:
             if msg.term != m.term:
                 if msg.term > m.term:
-                    self.become_follower(msg.term, None, now, out, by=msg.sender)
+                    self._run(Outcome(Event.HIGHER_TERM, msg.term, None, msg.sender), now, out)
                 else:
                     self.stats["stale_term"] += 1
                 return
@@ -364,9 +361,13 @@ class RaftNode:
             elif msg.code == SUCCESS:  # type: ignore[union-attr]
                 leader.on_heartbeat_response(msg.sender, msg.end_index, now, out)  # type: ignore[union-attr]
         elif cls is VoteRequest:
-            self.elector.on_vote_request(msg, now, out)  # type: ignore[arg-type]
+            outcome = self.elector.on_vote_request(msg, now, out, self.can_vote())  # type: ignore[arg-type]
+            if outcome is not None and outcome.event is Event.HIGHER_TERM:
+                self._run(outcome, now, out)  # follow in the later term, then judge the request there
+                outcome = self.elector.on_vote_request(msg, now, out, self.can_vote())  # type: ignore[arg-type]
+            self._run(outcome, now, out)
         elif cls is VoteResponse:
-            self.elector.on_vote_response(msg, now, out)  # type: ignore[arg-type]
+            self._run(self.elector.on_vote_response(msg), now, out)  # type: ignore[arg-type]
         elif cls is ProbeRequest:
             s = self.store
             out.messages.append(ProbeResponse(m.group, m.node_id, msg.sender, m.term, msg.nonce,  # type: ignore[union-attr]
@@ -381,15 +382,15 @@ class RaftNode:
 
     def _from_leader(self, msg: HeartbeatRequest | PushRequest | TimeoutNow, now: int, out: Ready) -> None:
         m = self.member
-        if msg.term > m.term or m.role == Role.CANDIDATE:
-            self.become_follower(msg.term, msg.sender, now, out, by=msg.sender)
+        if msg.term > m.term:
+            self._run(Outcome(Event.HIGHER_TERM, msg.term, msg.sender, msg.sender), now, out)
         elif m.role == Role.LEADER or (m.leader_id is not None and m.leader_id != msg.sender):
             # Two leaders in one term cannot happen in a correct cluster; refuse and make it visible.
             self.stats["bug_second_leader_in_term"] += 1
             self._reject(msg, int(ResponseCode.INCONSISTENT_LEADER), out)
             return
-        elif m.leader_id is None:
-            m.leader_id = msg.sender
+        elif m.role == Role.CANDIDATE or m.leader_id is None:
+            self._run(Outcome(Event.LEADER_SEEN, msg.term, msg.sender, msg.sender), now, out)
         self.elector.on_leader_contact(now)
         handler = self.handler
         if isinstance(msg, PushRequest):
@@ -407,28 +408,53 @@ class RaftNode:
         else:  # TimeoutNow: our leader hands over; campaign at once, past the voters' leader lease
             if self.can_lead():
                 self.stats["timeout_now_campaigns"] += 1
-                self.elector.campaign(now, out, transfer=True)
+                self._run(Outcome(Event.TIMEOUT_NOW), now, out)
             else:
                 self.stats["timeout_now_refused_damaged"] += 1
 
     def _reject(self, msg: Message, code: int, out: Ready) -> None:
+        s = self.store
+        answer = refusal(msg, self.node_id, self.member.term, code, s.end_index, s.begin_index)
+        if answer is not None:
+            out.messages.append(answer)
+
+    # -- role transitions: the only writer of role, term, leader and vote ------------------------
+    def _run(self, outcome: Outcome | None, now: int, out: Ready) -> None:
+        """Make the transition `outcome` calls for, and the ones it leads to (a won pre-vote campaigns,
+        a campaign in a group of one wins at once)."""
+        while outcome is not None:
+            outcome = self._transition(outcome, now, out)
+
+    def _transition(self, o: Outcome, now: int, out: Ready) -> Outcome | None:
         m = self.member
-        if isinstance(msg, PushRequest):
-            s = self.store
-            out.messages.append(PushResponse(msg.group, self.node_id, msg.sender, m.term, msg.kind, code,
-                                             msg.index, -2, s.end_index, s.begin_index))
-        elif isinstance(msg, HeartbeatRequest):
-            out.messages.append(HeartbeatResponse(msg.group, self.node_id, msg.sender, m.term, code))
-        elif isinstance(msg, VoteRequest):
-            out.messages.append(VoteResponse(msg.group, self.node_id, msg.sender, m.term, False, msg.pre_vote,
-                                             code))
+        event = o.event
+        role = next_role(m.role, event)
+        if role is None:
+            self.stats[f"bug_transition_{m.role.name}_{event.name}"] += 1
+            return None
+        if event is Event.VOTED:
+            m.set_term(m.term, o.by)  # durable before the granting answer leaves
+            return None
+        if role is Role.FOLLOWER:
+            if event is Event.LEADER_SEEN and m.role is Role.FOLLOWER:
+                m.leader_id = o.leader  # our term's leader, first heard of
+            else:
+                self._become_follower(max(o.term, m.term), o.leader, now, out, o.by)
+            return None
+        if role is Role.CANDIDATE:
+            if event is Event.ELECTION_TIMEOUT and self.config.pre_vote:
+                m.role = Role.CANDIDATE
+                m.leader_id = None
+                return self.elector.start_pre_vote(now, out)
+            m.set_term(m.term + 1, m.node_id)
+            m.role = Role.CANDIDATE
+            m.leader_id = None
+            self.handler.reset()  # the previous leader's pushes no longer apply
+            return self.elector.start_campaign(now, out, transfer=event is Event.TIMEOUT_NOW)
+        self._become_leader(now, out)
+        return None
 
-    # -- role transitions (called by the elector and the router) ----------------------------------
-    def on_new_term(self) -> None:
-        """Our term went up (we campaign): the previous leader's pushes no longer apply."""
-        self.handler.reset()
-
-    def become_follower(self, term: int, leader: str | None, now: int, out: Ready, by: str | None) -> None:
+    def _become_follower(self, term: int, leader: str | None, now: int, out: Ready, by: str | None) -> None:
         m = self.member
         was_leader = m.role == Role.LEADER
         new_term = term > m.term
@@ -440,12 +466,7 @@ class RaftNode:
             self.handler.reset()
         m.role = Role.FOLLOWER
         m.leader_id = leader
-        self.elector.pre_candidate = False
-        self.elector.votes = {}
-        if leader is not None:
-            self.elector.on_leader_contact(now)
-        elif was_leader or new_term:
-            self.elector.reset_timer(now)
+        self.elector.on_become_follower(now, leader is not None, was_leader or new_term)
 
     def _leave_leadership(self, leader: str | None, by: str | None, out: Ready) -> None:
         el = self.elector
@@ -458,19 +479,20 @@ class RaftNode:
         self.leader = None
         self.stats["step_downs"] += 1
 
-    def become_leader(self, now: int, out: Ready) -> None:
+    def _become_leader(self, now: int, out: Ready) -> None:
         m = self.member
         m.role = Role.LEADER
         m.leader_id = m.node_id
         self.handler.reset()
         self.stats["became_leader"] += 1
+        self.stats["partial_requests_cut"] += bool(self.producers.cut_partial_tail(self.store))
         self.elector.on_become_leader(now)
         # The NOOP of our term lets earlier entries commit without waiting for a client write (§5.4.2).
         try:
             self.store.append([b""], m.term, MAGIC_NOOP)
         except DiskFullError:
             self.stats["noop_disk_full"] += 1
-        self.leader = Leader(m, self.store, self.config, self.stats)
-        self.elector.tick(now, out)  # heartbeat at once: followers learn the new leader
+        self.leader = Leader(m, self.store, self.config, self.stats, self.producers)
+        self.elector.tick(now, out, True)  # heartbeat at once: followers learn the new leader
         self.leader.dispatch_all(now, out)
         self.leader.advance_commit(out)

@@ -13,17 +13,18 @@ majority reaches, but only if that entry has the current term (Raft §5.4.2, the
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ..config import RaftConfig
-from ..errors import DiskFullError, InvalidArgumentError, ResponseCode
+from ..errors import ResponseCode
 from ..store.base import LogStore
+from .appends import AppendRequest, Appends
 from .member import MemberState
 from .messages import RESET_DATA, PushKind, PushRequest, PushResponse
+from .producers import ProducerTable
 from .quorum import next_compare_index, quorum_index
-from .ready import Completion, Ready
+from .ready import Ready
 
 COMPARE = "COMPARE"
 TRUNCATE = "TRUNCATE"
@@ -67,22 +68,14 @@ class Dispatcher:
         self.mismatch_at = None
 
 
-@dataclass(slots=True)
-class PendingAppend:
-    request_id: int
-    first_index: int
-    last_index: int
-    positions: Sequence[int]
-    deadline: int
-
-
 class Leader:
     """Everything a leader holds for its term; discarded when it steps down."""
 
     __slots__ = ("member", "store", "config", "stats", "term", "group", "node_id", "dispatchers", "peers",
-                 "pending", "commit")
+                 "producers", "appends", "commit")
 
-    def __init__(self, member: MemberState, store: LogStore, config: RaftConfig, stats: Counter[str]) -> None:
+    def __init__(self, member: MemberState, store: LogStore, config: RaftConfig, stats: Counter[str],
+                 producers: ProducerTable) -> None:
         self.member = member
         self.store = store
         self.config = config
@@ -93,7 +86,8 @@ class Leader:
         end = store.end_index
         self.dispatchers = {p: Dispatcher(p, end) for p in member.others}
         self.peers = list(self.dispatchers.values())
-        self.pending: deque[PendingAppend] = deque()
+        self.producers = producers
+        self.appends = Appends(store, config, stats, producers, self.term, self.node_id)
         self.commit = store.committed_index
 
     @property
@@ -102,25 +96,9 @@ class Leader:
         return self.store.begin_index - 1
 
     # -- client appends ------------------------------------------------------------------------
-    def propose(self, request_id: int, bodies: Sequence[bytes], now: int, out: Ready) -> None:
-        if len(self.pending) >= self.config.max_pending_requests:
-            out.completions.append(self._fail(request_id, ResponseCode.LEADER_PENDING_FULL))
-            return
-        try:
-            appended = self.store.append(bodies, self.term)
-        except InvalidArgumentError:
-            out.completions.append(self._fail(request_id, ResponseCode.UNEXPECTED_ARGUMENT))
-            return
-        except DiskFullError:
-            out.completions.append(self._fail(request_id, ResponseCode.DISK_FULL))
-            return
-        self.pending.append(PendingAppend(request_id, appended.first_index, appended.last_index,
-                                          appended.positions, now + self.config.max_wait_ack_ms))
-        self.dispatch_all(now, out)
-
-    def _fail(self, request_id: int, code: ResponseCode) -> Completion:
-        self.stats[f"append_{code.name.lower()}"] += 1
-        return Completion(request_id, int(code), term=self.term, leader_id=self.node_id)
+    def propose(self, requests: Sequence[AppendRequest], now: int, wall_ms: int, out: Ready) -> None:
+        if self.appends.propose(requests, now, wall_ms, self.commit, out):
+            self.dispatch_all(now, out)
 
     # -- QuorumAckChecker ------------------------------------------------------------------------
     def advance_commit(self, out: Ready) -> None:
@@ -136,31 +114,23 @@ class Leader:
             return
         self.commit = idx
         store.set_committed(idx)
-        pending = self.pending
-        completions = out.completions
-        term = self.term
-        while pending and pending[0].last_index <= idx:
-            p = pending.popleft()
-            completions.append(Completion(p.request_id, SUCCESS, "append", p.first_index, p.last_index,
-                                          term, p.positions, self.node_id))
+        self.producers.forget_spans(idx)
+        self.appends.on_commit(idx, out)
 
     def expire_pending(self, now: int, out: Ready) -> None:
-        pending = self.pending
-        while pending and pending[0].deadline <= now:
-            p = pending.popleft()
-            self.stats["append_wait_quorum_ack_timeout"] += 1
-            out.completions.append(Completion(p.request_id, int(ResponseCode.WAIT_QUORUM_ACK_TIMEOUT),
-                                              "append", p.first_index, p.last_index, self.term,
-                                              p.positions, self.node_id))
+        self.appends.expire(now, out)
 
     def step_down(self, leader_id: str | None, out: Ready) -> None:
         """Leadership lost: every wait of this term ends with TERM_CHANGED (its entries may still commit)."""
-        for p in self.pending:
-            out.completions.append(Completion(p.request_id, int(ResponseCode.TERM_CHANGED), "append",
-                                              p.first_index, p.last_index, self.term, p.positions,
-                                              leader_id))
-        self.stats["append_term_changed"] += len(self.pending)
-        self.pending.clear()
+        self.appends.step_down(leader_id, out)
+
+    def expiry_safe_index(self, peer_seen: dict[str, int], now: int, member_timeout_ms: int) -> int:
+        """The commit index, but no more than what every member heard from within the timeout holds."""
+        safe = self.store.committed_index
+        for d in self.peers:
+            if now - peer_seen.get(d.peer, now) < member_timeout_ms:
+                safe = min(safe, d.match)
+        return safe
 
     # -- EntryDispatcher -------------------------------------------------------------------------
     def peer_match(self, peer: str) -> int:
@@ -221,6 +191,13 @@ class Leader:
             if count == 0:
                 break
             last = first + count - 1
+            span = self.producers.span_at(last)
+            if span is not None and last < span[1] <= end:
+                # Never end a push inside a request: followers hold and acknowledge whole requests, so
+                # commits fall between requests (producers.py). One over the limits goes alone, whole.
+                count = span[0] - first if span[0] > first else span[1] - first + 1
+                data, count = store.read_raw(first, count, cfg.push_batch_bytes if span[0] > first else 1 << 31)
+                last = first + count - 1
             out.messages.append(PushRequest(self.group, self.node_id, d.peer, self.term, _APPEND, first,
                                             prev_term, commit, count, store.term_at(last), data))
             inflight[first] = (last, now)

@@ -16,20 +16,17 @@ The contract, persist → flush → send → complete:
 4. **Complete.** `ready.completions` answer clients. An append is completed with SUCCESS only once its
    entries are committed, which counts the leader's own entries only up to its durable index.
 
-`ReadyApplier` implements this for a synchronous driver (flush at once) and for one that defers flushes
-(the simulator schedules them after a simulated disk latency; a crash in between loses the unflushed tail).
+`driver.Driver` implements this once, for every driver: the server (flushes in a worker thread), the
+simulator (flushes after a simulated disk latency; a crash in between loses the unflushed tail), the
+scripted tests and the benchmarks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from .messages import Message, Role
-
-if TYPE_CHECKING:
-    from .node import RaftNode
 
 APPEND = "append"
 TRANSFER = "transfer"
@@ -40,7 +37,8 @@ class Completion:
     """The answer to one client request (a whole batch append, or a leadership transfer).
 
     For a successful append: entries first_index..last_index of `term`, at byte `positions`.
-    `leader_id` is the known leader, a hint for NOT_LEADER redirects.
+    `leader_id` is the known leader, a hint for NOT_LEADER redirects. `detail` is the group's actual last
+    entry for EXPECTED_END_MISMATCH.
     """
 
     request_id: int
@@ -51,6 +49,7 @@ class Completion:
     term: int = 0
     positions: Sequence[int] = ()
     leader_id: str | None = None
+    detail: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,49 +74,3 @@ class Ready:
     @property
     def empty(self) -> bool:
         return not (self.messages or self.completions or self.must_flush or self.changes)
-
-
-class ReadyApplier:
-    """Applies Readies in the contract's order. `send` and `complete` are the driver's transport hooks."""
-
-    __slots__ = ("send", "complete", "on_change")
-
-    def __init__(self, send: Callable[[Message], None], complete: Callable[[Completion], None],
-                 on_change: Callable[[RoleChange], None] | None = None) -> None:
-        self.send = send
-        self.complete = complete
-        self.on_change = on_change
-
-    def apply(self, node: RaftNode, ready: Ready, now_ms: int, flush: bool = True) -> bool:
-        """Apply `ready`. With `flush`, a required flush happens here, before anything is sent.
-
-        Returns True when a flush is still owed (flush=False and the Ready asked for one): the driver must
-        call `flush_node` later, and until then the node's unflushed writes may be lost by a crash.
-        """
-        owed = False
-        follow: Ready | None = None
-        if ready.must_flush:
-            if flush:
-                follow = node.on_flushed(node.store.flush(), now_ms)
-            else:
-                owed = True
-        self._emit(ready)
-        if follow is not None and not follow.empty:
-            owed = self.apply(node, follow, now_ms, flush) or owed
-        return owed
-
-    def flush_node(self, node: RaftNode, now_ms: int) -> None:
-        """A deferred flush: make everything written durable, then release what waited for it."""
-        follow = node.on_flushed(node.store.flush(), now_ms)
-        self.apply(node, follow, now_ms, True)
-
-    def _emit(self, ready: Ready) -> None:
-        if self.on_change is not None:
-            for change in ready.changes:
-                self.on_change(change)
-        send = self.send
-        for m in ready.messages:
-            send(m)
-        complete = self.complete
-        for c in ready.completions:
-            complete(c)

@@ -93,6 +93,15 @@ def render_metrics(node: NodeServer) -> str:
         x.sample("quorumlog_durable_index", "gauge", "highest index flushed to disk", s.durable_index, **lab)
         x.sample("quorumlog_pending_appends", "gauge", "client append requests not yet answered",
                  g.pending_appends, **lab)
+        x.sample("quorumlog_producers", "gauge", "idempotent producers the group remembers", len(raft.producers),
+                 **lab)
+        x.sample("quorumlog_deduplicated_appends_total", "counter",
+                 "retried appends answered with their original entries, nothing written",
+                 raft.stats["append_duplicates"], **lab)
+        for code in ("out_of_order_sequence", "unknown_producer", "sequence_too_old"):
+            x.sample("quorumlog_rejected_sequences_total", "counter",
+                     "idempotent appends refused for their sequence, nothing written",
+                     raft.stats[f"append_{code}"], **lab, reason=code)
         if raft.role == Role.LEADER:
             for p in g.peers:
                 if p != node.node_id:

@@ -1,10 +1,10 @@
 """One group hosted by a node: its RaftNode and store, the clients waiting on it, its flushes.
 
-The Ready contract (raft/ready.py) is applied here: the core has written to the store when a call
-returns; messages go out at once (the core never claims more than is durable); one `store.flush()` at a
-time runs in this group's worker thread and covers everything written before it started (group commit:
-all the appends of the loop iterations meanwhile share the next one); then `on_flushed` releases what
-waited for durability, and completions answer clients.
+The core's output is applied by `raft.driver.Driver`, the same driver the simulator runs: messages go
+out at once (the core never claims more than is durable); one `store.flush()` at a time runs in this
+group's worker thread and covers everything written before it started (group commit: all the appends
+of the loop iterations meanwhile share the next one); then `on_flushed` releases what waited for
+durability, and completions answer clients.
 
 Only a failed disk (DiskError) stops the node. Any other error out of the core is logged, counted
 (`core_errors`) and survived: it comes from input the network sent, and one bad message must not take a
@@ -31,9 +31,11 @@ from ..errors import CorruptEntryError, DiskError, ResponseCode
 from ..net.bodies import encode_error
 from ..net.connection import Connection
 from ..net.frames import Frame
+from ..raft.appends import AppendRequest
+from ..raft.driver import Driver
 from ..raft.messages import Message, PushRequest, Role
 from ..raft.node import RaftNode
-from ..raft.ready import APPEND, Completion, Ready
+from ..raft.ready import APPEND, Completion, Ready, RoleChange
 from ..store.file_store import store_dir
 from .metrics import Histogram
 from .store import NodeStore
@@ -63,6 +65,9 @@ class _Append:
     bodies: list[bytes]
     single: bool
     t0: float
+    producer: int = 0  # the idempotent producer (0: none) and its sequence
+    seq: int = -1
+    expected_end: int | None = None  # a conditional append: the group's last client entry expected
 
 
 @dataclass(slots=True)
@@ -105,10 +110,10 @@ class Group:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"flush-{cfg.name}")
         self.inbox: list[Message] = []
         self.appends: list[_Append] = []
-        self._waiting: dict[int, tuple[list[_Append], float]] = {}
+        self._waiting: dict[int, _Append] = {}  # request id -> append given to the core
         self._transfers: dict[int, tuple[Connection, Frame]] = {}
         self._next_rid = 1
-        self._flushing = False
+        self.driver = Driver(self.node, self._send_message, self._complete, self._role_changed, self._start_flush)
         self._checkpointing = False
         self._closed = False
         self.accepting = True  # False once shutdown began: new appends are sent elsewhere
@@ -159,31 +164,35 @@ class Group:
                       self.stats.core_errors[key], type(e).__name__, e, exc_info=e)
 
     def _propose(self) -> None:
-        batch: list[_Append] = []
-        bodies: list[bytes] = []
-        size = 0
+        """Hand the queued appends to the core in one call (one run in the log, one flush), each with a
+        request id of its own: the core judges each (producer, expected end) and answers each."""
+        requests: list[AppendRequest] = []
+        count = size = 0
         queued = self.appends
         taken = 0
+        waiting = self._waiting
+        rid = self._next_rid
         for a in queued:
-            if batch and (len(bodies) + len(a.bodies) > MAX_PROPOSAL_ENTRIES or size > MAX_PROPOSAL_BYTES):
+            if requests and (count + len(a.bodies) > MAX_PROPOSAL_ENTRIES or size > MAX_PROPOSAL_BYTES):
                 break
-            batch.append(a)
-            bodies.extend(a.bodies)
+            requests.append(AppendRequest(rid, a.bodies, a.producer, a.seq, a.expected_end))
+            waiting[rid] = a
+            rid += 1
+            count += len(a.bodies)
             size += sum(map(len, a.bodies))
             taken += 1
+        self._next_rid = rid
         self.appends = queued[taken:]
-        rid = self._next_rid
-        self._next_rid += 1
-        self._waiting[rid] = (batch, time.perf_counter())
         try:
-            ready = self.node.propose(bodies, now_ms(), request_id=rid)
+            ready = self.node.propose_many(requests, now_ms(), time.time_ns() // 1_000_000)
         except Exception as e:
             # The store may hold the entries already: an uncertain outcome, never a plain retry.
-            self._fail_waiting(rid, ResponseCode.TERM_CHANGED, f"append failed in group {self.name} on "
-                               f"{self.node_id}: {type(e).__name__}: {e}")
+            for r in requests:
+                self._fail_waiting(r.request_id, ResponseCode.TERM_CHANGED, f"append failed in group {self.name} "
+                                   f"on {self.node_id}: {type(e).__name__}: {e}")
             self.core_error("propose", e)
             return
-        self.stats.entries_in += len(bodies)
+        self.stats.entries_in += count
         self.stats.bytes_in += size
         try:
             self.apply(ready)
@@ -191,36 +200,39 @@ class Group:
             self.core_error("propose", e)
 
     def apply(self, ready: Ready) -> None:
-        """Send, complete, and start a flush when the core wrote something not yet durable."""
-        for ch in ready.changes:
-            self.role_changes += 1
-            log.info("group %s: %s in term %d, leader %s", self.name, ch.role.name.lower(), ch.term, ch.leader_id)
-        send = self._send
-        for m in ready.messages:
-            if type(m) is PushRequest and m.data:
-                self.stats.push_bytes_out += len(m.data)
-            send(m)
-        for c in ready.completions:
-            if c.kind == APPEND:
-                self._complete_append(c)
-            else:
-                self._complete_transfer(c)
-        if ready.must_flush and not self._flushing:
-            self._start_flush()
+        """Hand `ready` to the driver, then wake readers waiting for the commit index."""
+        self.driver.apply(ready, now_ms())
+        self._note_commit()
+
+    def _note_commit(self) -> None:
         committed = self.store.committed_index
         if committed != self._last_commit:
             self._last_commit = committed
             self.commit_changed.set()
             self.commit_changed = asyncio.Event()
 
+    def _send_message(self, m: Message) -> None:
+        if type(m) is PushRequest and m.data:
+            self.stats.push_bytes_out += len(m.data)
+        self._send(m)
+
+    def _role_changed(self, ch: RoleChange) -> None:
+        self.role_changes += 1
+        log.info("group %s: %s in term %d, leader %s", self.name, ch.role.name.lower(), ch.term, ch.leader_id)
+
+    def _complete(self, c: Completion) -> None:
+        if c.kind == APPEND:
+            self._complete_append(c)
+        else:
+            self._complete_transfer(c)
+
     def _start_flush(self) -> None:
-        self._flushing = True
+        """The driver's flush: `store.flush()` in the worker thread, reported back on the loop."""
         t0 = time.perf_counter()
         fut = self._loop.run_in_executor(self._executor, self.store.flush)
         fut.add_done_callback(lambda f: self._flushed(f, t0))
 
     def _flushed(self, fut: asyncio.Future[int], t0: float) -> None:
-        self._flushing = False
         if self._closed:
             return
         try:
@@ -230,48 +242,37 @@ class Group:
             return
         self.stats.flushes += 1
         self.stats.fsync_latency.observe(time.perf_counter() - t0)
+        now = now_ms()
         try:
-            self.apply(self.node.on_flushed(durable, now_ms()))
+            self.driver.flushed(durable, now)
         except Exception as e:
             self.core_error("on_flushed", e)
-            if isinstance(e, DiskError) or self._closed:
-                return
-        if self.store.durable_index < self.store.end_index and not self._flushing:
-            self._start_flush()
+            if not isinstance(e, DiskError) and not self._closed:
+                self.driver.flush_if_behind(now)
+        self._note_commit()
 
     # -- completions -------------------------------------------------------------------------------
     def _complete_append(self, c: Completion) -> None:
-        entry = self._waiting.pop(c.request_id, None)
-        if entry is None:
+        a = self._waiting.pop(c.request_id, None)
+        if a is None:
             return
-        batch, t0 = entry
         now = time.perf_counter()
         st = self.stats
+        st.append_latency.observe(now - a.t0)
         if c.code == SUCCESS:
-            st.commit_latency.observe(now - t0)
-            index = c.first_index
+            st.commit_latency.observe(now - a.t0)
             positions = c.positions
-            off = 0
-            for a in batch:
-                n = len(a.bodies)
-                if a.single:
-                    body = _packb((SUCCESS, index, c.term, positions[off]))
-                else:
-                    body = _packb((SUCCESS, index, c.term, list(positions[off:off + n])))
-                _respond(a, body)
-                st.append_latency.observe(now - a.t0)
-                index += n
-                off += n
-            return
-        try:
-            name = ResponseCode(c.code).name
-        except ValueError:
-            name = str(c.code)
-        hint = c.leader_id if c.leader_id != self.node_id else None
-        body = encode_error(c.code, f"{name} (group {self.name} on {self.node_id})", hint)
-        for a in batch:
+            body = _packb((SUCCESS, c.first_index, c.term, positions[0] if a.single else list(positions)))
             _respond(a, body)
-            st.append_latency.observe(now - a.t0)
+            return
+        name = _code_name(c.code)
+        hint = c.leader_id if c.leader_id != self.node_id else None
+        if c.detail is not None:  # EXPECTED_END_MISMATCH: the actual last entry, for the client to read
+            body = encode_error(c.code, f"{name}: the group's last entry is {c.detail} (group {self.name} on "
+                                f"{self.node_id})", hint, c.detail)
+        else:
+            body = encode_error(c.code, f"{name} (group {self.name} on {self.node_id})", hint)
+        _respond(a, body)
 
     def _complete_transfer(self, c: Completion) -> None:
         waiter = self._transfers.pop(c.request_id, None)
@@ -284,9 +285,11 @@ class Group:
             conn.respond_error(frame, c.code, f"{_code_name(c.code)}: transfer in group {self.name}", c.leader_id)
 
     # -- client requests ---------------------------------------------------------------------------
-    def enqueue_append(self, conn: Connection, frame: Frame, bodies: list[bytes], single: bool) -> bool:
+    def enqueue_append(self, conn: Connection, frame: Frame, bodies: list[bytes], single: bool, producer: int = 0,
+                       seq: int = -1, expected_end: int | None = None) -> bool:
         """Queue an append for the next proposal; False (answered already) once shutdown began."""
-        a = _Append(conn, frame.op, frame.request_id, bodies, single, time.perf_counter())
+        a = _Append(conn, frame.op, frame.request_id, bodies, single, time.perf_counter(), producer, seq,
+                    expected_end)
         if not self.accepting:
             _respond(a, self._shutting_down(ResponseCode.NOT_LEADER))
             return False
@@ -318,6 +321,7 @@ class Group:
             "leader": node.leader_id, "begin_index": s.begin_index, "end_index": s.end_index,
             "committed_index": s.committed_index, "durable_index": s.durable_index,
             "recovering": node.recovering, "joining": node.joining, "pending_appends": self.pending_appends,
+            "producers": len(node.producers),
             "peers": {pid: addr for pid, addr in self.peers.items()},
         }
         if node.role == Role.LEADER:
@@ -327,7 +331,7 @@ class Group:
 
     @property
     def pending_appends(self) -> int:
-        return len(self.appends) + sum(len(b) for b, _ in self._waiting.values())
+        return len(self.appends) + len(self._waiting)
 
     # -- housekeeping ------------------------------------------------------------------------------
     def checkpoint(self) -> None:
@@ -374,15 +378,13 @@ class Group:
 
     @property
     def proposals_waiting(self) -> int:
-        """Proposals handed to the core and not answered yet."""
+        """Appends handed to the core and not answered yet."""
         return len(self._waiting)
 
     def _fail_waiting(self, rid: int, code: ResponseCode, reason: str) -> None:
-        entry = self._waiting.pop(rid, None)
-        if entry is not None:
-            body = encode_error(code, reason, None)
-            for a in entry[0]:
-                _respond(a, body)
+        a = self._waiting.pop(rid, None)
+        if a is not None:
+            _respond(a, encode_error(code, reason, None))
 
     async def close(self) -> None:
         """Answer what still waits, then flush and checkpoint (store.close) in the worker thread.

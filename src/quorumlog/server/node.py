@@ -312,11 +312,16 @@ class NodeServer:
     def _append(self, conn: Connection, f: Frame, single: bool) -> None:
         values = unpack(f.body)
         # The hot path: check the shape by hand rather than through the schema (a batch has many bodies).
-        if (type(values) is not tuple or len(values) != 2 or type(values[0]) is not str
+        # Two layouts: [group, bodies] and [group, bodies, producer, seq, expected_end] (schemas.py).
+        n = len(values) if type(values) is tuple else 0
+        if ((n != 2 and n != 5) or type(values[0]) is not str
                 or (single and type(values[1]) is not bytes)
-                or (not single and (type(values[1]) is not tuple or not all(type(b) is bytes for b in values[1])))):
+                or (not single and (type(values[1]) is not tuple or not all(type(b) is bytes for b in values[1])))
+                or (n == 5 and not _valid_producer(values[2], values[3], values[4]))):
             name = "AppendRequest" if single else "AppendBatchRequest"
-            raise ProtocolError(f"{name}: expected [group: str, {'body: bytes' if single else 'bodies: list[bytes]'}]")
+            raise ProtocolError(f"{name}: expected [group: str, {'body: bytes' if single else 'bodies: list[bytes]'}"
+                                "] or with [producer: 0..2^63-1, seq: >= 0 (or -1 without a producer), "
+                                "expected_end: >= -1 (or -2: none)] after them")
         g = self._group(values[0])
         bodies = [values[1]] if single else list(values[1])
         limit = g.cfg.store.max_body_bytes
@@ -324,7 +329,8 @@ class NodeServer:
             raise QuorumLogError("an append needs at least one body", ResponseCode.REQUEST_WITH_EMPTY_BODYS)
         if max(map(len, bodies)) > limit:
             raise QuorumLogError(f"entry body exceeds the maximum of {limit} bytes", ResponseCode.UNEXPECTED_ARGUMENT)
-        if g.enqueue_append(conn, f, bodies, single):
+        producer, seq, expected_end = values[2:] if n == 5 else (0, -1, -2)
+        if g.enqueue_append(conn, f, bodies, single, producer, seq, None if expected_end == -2 else expected_end):
             self._kick(g)
 
     def _peer_frame(self, conn: Connection, f: Frame) -> None:
@@ -354,3 +360,11 @@ class NodeServer:
             "hello_refusals": self.server.refusals.count if self.server is not None else 0,  # we refused
             "groups": {g.name: g.status() for g in groups},
         }
+
+
+def _valid_producer(producer: object, seq: object, expected_end: object) -> bool:
+    if type(producer) is not int or type(seq) is not int or type(expected_end) is not int:
+        return False
+    if not 0 <= producer < 1 << 63 or expected_end < -2 or expected_end >= 1 << 63:
+        return False
+    return 0 <= seq < 1 << 63 if producer else seq == -1

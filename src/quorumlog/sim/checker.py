@@ -22,7 +22,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..entry import HEADER_SIZE
+from ..entry import HEADER, HEADER_SIZE, META_SIZE, unpack_meta
 from ..raft.ready import Completion
 from ..store.base import LogStore
 
@@ -90,6 +90,7 @@ class Checker:
         self.unverified: list[AckedAppend] = []
         self.acked_entries = 0
         self.damaged: set[str] = set()
+        self.producer_seqs: dict[tuple[int, int], int] = {}  # (producer, seq) -> committed index
 
     # -- events --------------------------------------------------------------------------------
     def on_leader(self, node: str, term: int) -> None:
@@ -187,7 +188,19 @@ class Checker:
                 ref.append(e)
                 self.ref_chain.append(_HEAD.unpack_from(e, 0)[6])
                 self.ref_seen_term.append(max(self.leaders, default=0))
+                self._check_producer(e, len(ref) - 1)
             start += n
+
+    def _check_producer(self, e: bytes, index: int) -> None:
+        """The idempotent producer's invariant: no (producer, sequence) twice in the committed log."""
+        size, body_size = _HEAD.unpack_from(e, 0)[1], HEADER.unpack_from(e, 0)[8]
+        if size - HEADER_SIZE - body_size != META_SIZE:
+            return
+        producer, seq, _count, _wall = unpack_meta(e[HEADER_SIZE:HEADER_SIZE + META_SIZE])
+        first = self.producer_seqs.setdefault((producer, seq), index)
+        if first != index:
+            raise InvariantViolation(f"producer {producer} sequence {seq} is in the committed log twice: "
+                                     f"at {first} and at {index}")
 
     def _check_end(self, node: str, store: LogStore) -> None:
         end = store.end_index
@@ -211,8 +224,8 @@ class Checker:
                 continue
             for i, body in enumerate(a.bodies):
                 e = self.ref[a.first_index + i]
-                h = _HEAD.unpack_from(e, 0)
-                if h[3] != a.term or h[4] != a.positions[i] or e[HEADER_SIZE:] != body:
+                h = HEADER.unpack_from(e, 0)
+                if h[3] != a.term or h[4] != a.positions[i] or e[len(e) - h[8]:] != body:  # the body ends it
                     raise InvariantViolation(f"acknowledged entry {a.first_index + i} (term {a.term}) is "
                                              f"not what the committed log holds (term {h[3]})")
         self.unverified = keep

@@ -19,19 +19,27 @@ from dataclasses import dataclass, field
 
 from ..config import RaftConfig, StoreConfig
 from ..errors import ResponseCode
+from ..raft.driver import Driver
 from ..raft.messages import Message, Role, describe
 from ..raft.node import RaftNode
-from ..raft.ready import APPEND, Completion, Ready, ReadyApplier, RoleChange
+from ..raft.ready import APPEND, Completion, Ready, RoleChange
 from ..store.base import LogStore
 from ..store.memory import MemoryStore
 from .checker import Checker, InvariantViolation
 from .network import LinkFaults, Network, partition_links, ring_links
 
 GROUP = "g0"
+_PRODUCER_FORGOTTEN = (ResponseCode.UNKNOWN_PRODUCER, ResponseCode.SEQUENCE_TOO_OLD)
 ALL_FAULTS = ("drop", "dup", "delay", "partition", "crash", "pause", "skew", "disk", "corrupt", "transfer",
               "wipe", "expire")
 # Virtual time after which a leader's expiry stops waiting for a silent member (it is reset on return).
 SIM_MEMBER_TIMEOUT_MS = 1500
+# A producer gives up a request after SIM_RETRY_MS (as a client after its retry_timeout) and continues
+# under a new id; entries expire only SIM_RETENTION_MS after they committed. Retention longer than any
+# retry is the idempotent producer's operating condition (a forgotten producer's retry is new to the
+# leader): docs/protocol.md.
+SIM_RETRY_MS = 1000
+SIM_RETENTION_MS = 2 * SIM_RETRY_MS
 
 # Fast timers keep runs short in virtual time; the ratios match the defaults (DESIGN §7).
 SIM_RAFT = RaftConfig(heartbeat_interval_ms=30, max_heartbeat_leak=4, election_backoff_ms=80,
@@ -57,14 +65,33 @@ class Proposal:
     kind: str
     bodies: list[bytes]
     at: int
+    producer: SimProducer | None = None
+    pid: int = 0
+    seq: int = -1
+
+
+@dataclass(slots=True)
+class SimProducer:
+    """An idempotent client: numbered requests, each resent (same sequence, same bodies) until acknowledged,
+    sometimes while the first copy is still in flight."""
+
+    pid: int
+    next_seq: int = 0
+    unacked: dict[int, list[bytes]] = field(default_factory=dict)  # seq -> bodies
+    since: int = 0  # when the oldest unacknowledged request was first sent
+
+    def retire(self, pid: int) -> None:
+        self.pid = pid
+        self.next_seq = 0
+        self.unacked.clear()
 
 
 @dataclass(slots=True)
 class SimNode:
     id: str
     store: LogStore
-    applier: ReadyApplier
     node: RaftNode | None = None
+    driver: Driver | None = None
     offset: int = 0
     rate: float = 1.0
     incarnation: int = 0
@@ -92,6 +119,8 @@ class Cluster:
         self.trace: deque[tuple[int, str, object]] = deque(maxlen=cfg.trace_len)
         self.stats: Counter[str] = Counter()
         self.outstanding: dict[tuple[str, int, int], Proposal] = {}
+        self.producers = [SimProducer(pid) for pid in (7, 1 << 40, (1 << 63) - 1)]
+        self.commit_history: deque[tuple[int, int]] = deque()
         self.known_leader: str | None = None
         self.partition_until = 0
         self.heal_started: int | None = None
@@ -99,7 +128,7 @@ class Cluster:
         self._tmp = tempfile.mkdtemp(prefix="quorumlog-sim-") if cfg.file_store else None
         self.sims: dict[str, SimNode] = {}
         for i in self.ids:
-            sim = SimNode(i, self._open_store(i), self._applier(i))
+            sim = SimNode(i, self._open_store(i))
             if "skew" in self.faults:
                 sim.offset = self.rng.randint(0, 10_000_000)
                 sim.rate = 1.0 + self.rng.uniform(-0.05, 0.05)
@@ -144,14 +173,12 @@ class Cluster:
         return sim.store if sim.node is not None else None
 
     # -- node lifecycle ------------------------------------------------------------------------
-    def _applier(self, node_id: str) -> ReadyApplier:
-        return ReadyApplier(lambda m: self._send(m),
-                            lambda c: self._complete(node_id, c),
-                            lambda ch: self._changed(node_id, ch))
-
     def _start(self, sim: SimNode) -> None:
-        sim.node = RaftNode(sim.id, GROUP, self.ids, sim.store, self.cfg.raft,
+        node_id = sim.id
+        sim.node = RaftNode(node_id, GROUP, self.ids, sim.store, self.cfg.raft,
                             random.Random(self.rng.getrandbits(64)))
+        sim.driver = Driver(sim.node, self._send, lambda c: self._complete(node_id, c),
+                            lambda ch: self._changed(node_id, ch), lambda: self._start_flush(sim))
         sim.incarnation += 1
         sim.resets_seen = 0
         sim.crashed_until = None
@@ -162,6 +189,7 @@ class Cluster:
         if sim.node is None:
             return
         sim.node = None
+        sim.driver = None
         sim.flush_at = None
         sim.paused_until = None
         sim.backlog.clear()
@@ -232,12 +260,17 @@ class Cluster:
 
     # -- Ready plumbing ------------------------------------------------------------------------
     def _apply(self, sim: SimNode, ready: Ready) -> None:
-        assert sim.node is not None
-        defer = "disk" in self.faults and self.rng.random() < 0.6
-        owed = sim.applier.apply(sim.node, ready, sim.now(self.time), flush=not defer)
-        if owed and sim.flush_at is None:
-            # Group commit: one later flush covers everything written until then.
+        assert sim.driver is not None
+        sim.driver.apply(ready, sim.now(self.time))
+
+    def _start_flush(self, sim: SimNode) -> None:
+        """The driver asks for a flush: with disk faults it usually lands a few steps later (a crash in
+        between loses the unflushed tail); the driver starts no other meanwhile (group commit)."""
+        assert sim.driver is not None
+        if "disk" in self.faults and self.rng.random() < 0.6:
             sim.flush_at = self.time + self.rng.randint(1, 3) * self.cfg.step_ms
+        else:
+            sim.driver.flushed(sim.store.flush(), sim.now(self.time))
 
     def _send(self, m: Message) -> None:
         if self.net.send(m, self.time):
@@ -260,7 +293,16 @@ class Cluster:
         self._trace(node_id, f"COMPLETE {p.kind} #{c.request_id} {code.name} {c.first_index}..{c.last_index} "
                              f"t{c.term}")
         if c.kind == APPEND and code == ResponseCode.SUCCESS:
-            self.checker.on_ack(node_id, c, p.bodies)
+            self.checker.on_ack(node_id, c, p.bodies)  # a duplicate's answer names the original entries
+            if p.producer is not None and p.producer.pid == p.pid:
+                p.producer.unacked.pop(p.seq, None)
+                p.producer.since = self.time
+        elif (p.producer is not None and p.producer.pid == p.pid and code in _PRODUCER_FORGOTTEN
+              and p.producer.unacked):
+            # The leader no longer knows this producer (its entries expired, or it was reset past them):
+            # the client reports the failure and continues under a new producer id, as the real one does.
+            self.stats["producer_retired"] += 1
+            p.producer.retire(self.rng.getrandbits(63) or 1)
         if c.leader_id is not None and c.leader_id in self.sims:
             self.known_leader = c.leader_id
 
@@ -386,9 +428,9 @@ class Cluster:
         t = self.time
         for i in self.ids:
             sim = self.sims[i]
-            if sim.flush_at is not None and t >= sim.flush_at and sim.node is not None and sim.paused_until is None:
+            if sim.flush_at is not None and t >= sim.flush_at and sim.driver is not None and sim.paused_until is None:
                 sim.flush_at = None
-                sim.applier.flush_node(sim.node, sim.now(t))
+                sim.driver.flushed(sim.store.flush(), sim.now(t))
 
     def _deliver(self) -> None:
         by_target: dict[str, list[Message]] = {}
@@ -414,7 +456,9 @@ class Cluster:
 
     def _clients(self) -> None:
         rng = self.rng
-        if rng.random() < 0.35:
+        if rng.random() < 0.2:
+            self._producer_requests(rng.choice(self.producers))
+        elif rng.random() < 0.35:
             leader = self.known_leader
             target = leader if leader is not None and rng.random() < 0.85 else rng.choice(self.ids)
             sim = self.sims[target]
@@ -438,8 +482,51 @@ class Cluster:
                 self._trace(src.id, f"TRANSFER #{rid} to {target}")
                 self._apply(src, src.node.transfer_leader(target, src.now(self.time), request_id=rid))
 
+    def _producer_requests(self, producer: SimProducer) -> None:
+        """A new numbered request, or (as after a timeout) every unacknowledged one again, in order."""
+        rng = self.rng
+        target = self.known_leader if self.known_leader is not None and rng.random() < 0.9 else rng.choice(self.ids)
+        sim = self.sims[target]
+        if sim.node is None or sim.paused_until is not None:
+            return
+        if producer.unacked and self.time - producer.since > SIM_RETRY_MS:
+            self.stats["producer_gave_up"] += 1
+            producer.retire(rng.getrandbits(63) or 1)
+        if len(producer.unacked) < 4 and rng.random() < 0.7:
+            if not producer.unacked:
+                producer.since = self.time
+            seq = producer.next_seq
+            producer.next_seq += 1
+            base = f"p{producer.pid}-{seq}-".encode()
+            producer.unacked[seq] = [base + str(j).encode() + b"." * rng.randint(0, 200)
+                                     for j in range(rng.randint(1, 4))]
+            seqs = [seq]
+        else:
+            seqs = sorted(producer.unacked)
+        pid = producer.pid
+        for seq in seqs:
+            bodies = producer.unacked.get(seq)
+            if bodies is None or producer.pid != pid:
+                return  # answered meanwhile (the producer may have been retired)
+            rid = sim.node._request_id(None)
+            self.outstanding[(target, sim.incarnation, rid)] = Proposal(APPEND, bodies, self.time, producer,
+                                                                             producer.pid, seq)
+            self._trace(target, f"PROPOSE #{rid} producer {producer.pid} seq {seq}")
+            self._apply(sim, sim.node.propose(bodies, sim.now(self.time), request_id=rid, producer=producer.pid,
+                                              seq=seq, wall_ms=self.time))
+            if sim.node is None:
+                return
+
+    def _committed_before(self, t: int) -> int:
+        """The highest index seen committed SIM_RETENTION_MS before `t` (what retention lets expire)."""
+        history = self.commit_history
+        while len(history) > 1 and history[1][0] <= t - SIM_RETENTION_MS:
+            history.popleft()
+        return history[0][1] if history[0][0] <= t - SIM_RETENTION_MS else -1
+
     def _maintenance(self) -> None:
         t = self.time
+        self.commit_history.append((t, len(self.checker.ref) - 1))
         for i in self.ids:
             sim = self.sims[i]
             node = sim.node
@@ -455,7 +542,7 @@ class Cluster:
                 self.checker.on_reset(i, sim.store)
             if "expire" in self.faults and self.rng.random() < 0.02:
                 # The checker must have seen entries committed before they may vanish.
-                safe = min(node.expiry_safe_index(sim.now(t), SIM_MEMBER_TIMEOUT_MS), len(self.checker.ref) - 1)
+                safe = min(node.expiry_safe_index(sim.now(t), SIM_MEMBER_TIMEOUT_MS), self._committed_before(t))
                 dropped = sim.store.expire(safe, 0.0)
                 if dropped:
                     self.stats["expired_entries"] += dropped

@@ -5,15 +5,16 @@ command line, a `----` line, then the output the command produced: the transcrip
 it ran, plus whatever the command prints itself (`status`, `log`, `expire`). Commands take `key=value`
 arguments:
 
-    cluster nodes=n0,n1,n2 [bootstrapped=false] [segment=4096]
+    cluster nodes=n0,n1,n2 [bootstrapped=false] [segment=4096] [log.n1=1,1,4 vote=7]
     elect n0 [drop=n2]              tick n0 ms=100 | tick all ms=100
     propose n0 count=3 [size=N]     deliver [drop=n2]      settle [drop=n2]
     run ms=500 [drop=n2] [show=Push,Vote]                  flush n0          restart n1      wipe n1
     expire n0 [member_timeout=ms]   status n0 [n1 ...]     log n0 [n1 ...]
 
-`drop=a,b` drops every message to or from those nodes. `run` prints only role changes and completions
-and the lines containing one of the `show` substrings (heartbeats would swamp the file); the other
-driving commands print every transcript line.
+`drop=a,b` drops every message to or from those nodes. `log.<node>=t,t,...` starts that node with one
+entry per term listed, and `vote=T` starts every node in term T. `run` prints only role changes and
+completions and the lines containing one of the `show` substrings (heartbeats would swamp the file); the
+other driving commands print every transcript line unless given `show` too.
 
     python -m quorumlog.sim.scenario [--rewrite] FILE...
 
@@ -32,10 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import StoreConfig
+from ..entry import decode_header
 from ..raft.messages import Message
 from ..store.base import LogStore
-from ..store.memory import MemoryStore
-from .script import Script
+from .script import Script, store_with_terms
 
 SEPARATOR = "----"
 
@@ -125,7 +126,7 @@ class Runner:
         mark = len(self.script.transcript)
         printed: list[str] = handler(pos, kw)
         lines = self.script.transcript[mark:]
-        if name == "run":
+        if name == "run" or "show" in kw:
             show = [w for w in kw.get("show", "").split(",") if w]
             lines = [line for line in lines if self._interesting(line) or any(w in line for w in show)]
         return [*lines, *printed]
@@ -149,12 +150,16 @@ class Runner:
     # -- commands ------------------------------------------------------------------------------
     def cmd_cluster(self, pos: list[str], kw: dict[str, str]) -> list[str]:
         ids = kw["nodes"].split(",")
-        stores: dict[str, LogStore] | None = None
+        cfg: StoreConfig | None = None
         if "segment" in kw:
             seg = int(kw["segment"])
             cfg = StoreConfig(data_segment_bytes=seg, index_segment_bytes=32 * 64, max_body_bytes=1024,
                               file_reserved_hours=0)
-            stores = {i: MemoryStore(cfg) for i in ids}
+        vote = int(kw.get("vote", "0"))
+        stores: dict[str, LogStore] = {}
+        for i in ids:
+            terms = [int(t) for t in kw.get(f"log.{i}", "").split(",") if t]
+            stores[i] = store_with_terms(terms, vote, cfg)
         self._script = Script(ids, stores=stores, bootstrapped=kw.get("bootstrapped", "true") == "true")
         self.proposals = 0
         return []
@@ -234,7 +239,9 @@ class Runner:
         for node in self._nodes(pos):
             st = self.script.stores[node]
             pairs = " ".join(f"{i}:{st.term_at(i)}" for i in range(st.begin_index, st.end_index + 1))
-            out.append(f"{node}: {pairs}".rstrip())
+            # The last entry's chain CRC digests the whole log: equal chains, byte-identical logs.
+            chain = decode_header(st.read_raw(st.end_index, 1, 1 << 20)[0]).chain_crc if st.end_index >= 0 else 0
+            out.append(f"{node}: {pairs} chain={chain:08x}" if pairs else f"{node}: chain={chain:08x}")
         return out
 
 

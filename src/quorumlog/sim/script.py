@@ -11,10 +11,11 @@ import random
 from collections.abc import Callable, Sequence
 
 from ..config import RaftConfig, StoreConfig
+from ..raft.driver import Driver
 from ..raft.member import members_digest
 from ..raft.messages import Message, Role, describe
 from ..raft.node import RaftNode
-from ..raft.ready import Completion, Ready, ReadyApplier, RoleChange
+from ..raft.ready import Completion, Ready, RoleChange
 from ..store.base import LogStore
 from ..store.memory import MemoryStore
 
@@ -60,12 +61,14 @@ class Script:
         self.auto_flush = True
         self.owed: set[str] = set()
         self.rngs = {i: random.Random(seed * 1000 + k) for k, i in enumerate(self.ids)}
-        self.appliers = {i: self._applier(i) for i in self.ids}
         self.nodes: dict[str, RaftNode] = {}
+        self.drivers: dict[str, Driver] = {}
         for i in self.ids:
             self.restart(i)
 
-    def _applier(self, node_id: str) -> ReadyApplier:
+    def _driver(self, node: RaftNode) -> Driver:
+        node_id = node.node_id
+
         def send(m: Message) -> None:
             self.queue.append(m)
             self.transcript.append(describe(m))
@@ -78,12 +81,20 @@ class Script:
         def changed(ch: RoleChange) -> None:
             self.transcript.append(f"{node_id} {ch.role.name} t{ch.term} leader={ch.leader_id}")
 
-        return ReadyApplier(send, complete, changed)
+        def start_flush() -> None:
+            if self.auto_flush:
+                self.flush(node_id)
+            else:
+                self.owed.add(node_id)
+
+        return Driver(node, send, complete, changed, start_flush)
 
     def restart(self, node_id: str) -> RaftNode:
         """A (new) RaftNode over the node's store, as after a process restart."""
         node = RaftNode(node_id, self.group, self.ids, self.stores[node_id], self.config, self.rngs[node_id])
         self.nodes[node_id] = node
+        self.drivers[node_id] = self._driver(node)
+        self.owed.discard(node_id)
         return node
 
     def wipe(self, node_id: str) -> RaftNode:
@@ -95,13 +106,11 @@ class Script:
         return self.restart(node_id)
 
     def apply(self, node_id: str, ready: Ready) -> Ready:
-        if self.appliers[node_id].apply(self.nodes[node_id], ready, self.clock[node_id], flush=self.auto_flush):
-            self.owed.add(node_id)
-        return ready
+        return self.drivers[node_id].apply(ready, self.clock[node_id])
 
     def flush(self, node_id: str) -> None:
         self.owed.discard(node_id)
-        self.appliers[node_id].flush_node(self.nodes[node_id], self.clock[node_id])
+        self.drivers[node_id].flushed(self.stores[node_id].flush(), self.clock[node_id])
 
     # -- driving -------------------------------------------------------------------------------
     def tick(self, node_id: str, advance_ms: int = 0) -> Ready:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import NoReturn, Protocol
 
 from ..entry import (
@@ -12,8 +12,10 @@ from ..entry import (
     BODY_CRC_AT,
     CHAIN_SPAN,
     HEADER,
+    HEADER_META_SIZE,
     HEADER_SIZE,
     MAGIC_NORMAL,
+    META_SIZE,
     VALID_MAGICS,
     Entry,
     check_entry,
@@ -23,11 +25,13 @@ from ..errors import CorruptEntryError, InvalidArgumentError, StoreError
 
 @dataclass(frozen=True, slots=True)
 class Appended:
-    """Where a leader append put its entries: indexes first_index.., positions in `positions`."""
+    """Where a leader append put its entries: indexes first_index.., positions in `positions`, and
+    (index, metadata run) of those that carry producer metadata, in index order."""
 
     first_index: int
     term: int
     positions: list[int]
+    metas: list[tuple[int, bytes]] = field(default_factory=list)
 
     @property
     def last_index(self) -> int:
@@ -120,11 +124,14 @@ class LogStore(Protocol):
         string without newline, '=' or NUL (else InvalidArgumentError)."""
         ...
 
-    def append(self, bodies: Sequence[bytes], term: int, magic: int = MAGIC_NORMAL) -> Appended:
-        """Leader append: encode `bodies` as entries end_index+1.. of `term`, write them.
+    def append(self, bodies: Sequence[bytes], term: int, magic: int = MAGIC_NORMAL,
+               metas: Mapping[int, bytes] | None = None) -> Appended:
+        """Leader append: encode `bodies` as entries end_index+1.. of `term`, write them. `metas` maps an
+        offset in `bodies` to that entry's metadata run (META_SIZE bytes, entry.pack_meta).
 
-        Raises InvalidArgumentError for a body over the maximum or a term below end_term,
-        DiskFullError past disk_full_ratio. Durable only after flush() (flush "sync").
+        Raises InvalidArgumentError (nothing written) for a body over the maximum (metadata aside), bad
+        metadata or a term below end_term, DiskFullError past disk_full_ratio. Durable only after
+        flush() (flush "sync").
         """
         ...
 
@@ -135,6 +142,11 @@ class LogStore(Protocol):
         end_index+1.., that terms never decrease and that `pos` is where this store would put it.
         Raises CorruptEntryError (nothing written) when any check fails.
         """
+        ...
+
+    def append_encoded_metas(self, data: bytes | bytearray | memoryview) -> tuple[int, list[tuple[int, bytes]]]:
+        """append_encoded, also returning (index, metadata run) of each appended entry that carries
+        producer metadata, in index order."""
         ...
 
     def get(self, index: int) -> Entry:
@@ -281,15 +293,25 @@ def check_bodies(bodies: Sequence[bytes], max_body: int) -> None:
         raise InvalidArgumentError(f"entry body of {size} bytes exceeds the maximum of {max_body}")
 
 
+def appended_metas(first_index: int, metas: Mapping[int, bytes] | None) -> list[tuple[int, bytes]]:
+    """Appended.metas of a leader append of entries first_index.. with `metas` (offset -> run)."""
+    return [(first_index + i, metas[i]) for i in sorted(metas)] if metas else []
+
+
+Run = list[tuple[int, int, int, int, int, int]]  # (offset, pos, size, index, term, magic) of each entry
+
+
 def verify_run(data: bytes | bytearray | memoryview, first_index: int, write_pos: int, prev_chain: int | None,
-               end_term: int, segment_bytes: int, max_body: int) -> list[tuple[int, int, int, int, int, int]]:
+               end_term: int, segment_bytes: int, max_body: int) -> tuple[Run, list[tuple[int, bytes]]]:
     """Check pushed entries against the log they extend; return (offset, pos, size, index, term, magic)
-    for each. Raises CorruptEntryError naming the entry and what is wrong.
+    for each, and (index, metadata run) of those that carry metadata. Raises CorruptEntryError naming
+    the entry and what is wrong.
 
     This is a follower's per-entry cost, so check_entry's checks and place() are inlined; on any
     failure the entry is checked again the slow way, for the message."""
-    out: list[tuple[int, int, int, int, int, int]] = []
+    out: Run = []
     add = out.append
+    metas: list[tuple[int, bytes]] = []
     mv = memoryview(data)
     n = len(data)
     off = 0
@@ -302,8 +324,10 @@ def verify_run(data: bytes | bytearray | memoryview, first_index: int, write_pos
     while off < n:
         if n - off < HEADER_SIZE:
             _fail_run(data, off, index, chain, max_body, "truncated header")
-        magic, size, eindex, term, pos, _c, echain, body_crc, body_size = unpack(data, off)
-        if magic not in VALID_MAGICS or not 0 <= body_size <= max_body or size != HEADER_SIZE + body_size \
+        magic, size, eindex, term, pos, channel, echain, body_crc, body_size = unpack(data, off)
+        plain = channel == 0
+        if magic not in VALID_MAGICS or not 0 <= body_size <= max_body \
+                or (not plain and channel != META_SIZE) or size != HEADER_SIZE + channel + body_size \
                 or off + size > n or (chain is not None
                      and crc32(mv[off + BODY_CRC_AT:off + HEADER_SIZE - 4], crc32(mv[off:off + CHAIN_SPAN], chain))
                      != echain) \
@@ -319,12 +343,14 @@ def verify_run(data: bytes | bytearray | memoryview, first_index: int, write_pos
         if pos != write_pos:
             raise CorruptEntryError(f"pushed entry {index} has pos {pos}, this log would put it at {write_pos}")
         add((off, pos, size, index, term, magic))
+        if not plain:
+            metas.append((index, bytes(mv[off + HEADER_SIZE:off + HEADER_META_SIZE])))
         chain = echain
         term_floor = term
         write_pos = pos + size
         off += size
         index += 1
-    return out
+    return out, metas
 
 
 def _fail_run(data: bytes | bytearray | memoryview, off: int, index: int, chain: int | None, max_body: int,
@@ -334,8 +360,3 @@ def _fail_run(data: bytes | bytearray | memoryview, off: int, index: int, chain:
     except CorruptEntryError as e:
         raise CorruptEntryError(f"pushed entry {index} (byte {off}): {e}") from None
     raise CorruptEntryError(f"pushed entry {index} (byte {off}): {fallback}")
-
-
-def entry_from(buf: bytes | bytearray | memoryview, off: int, size: int, h: tuple) -> Entry:
-    """Build an Entry from a checked header tuple and its bytes."""
-    return Entry(h[2], h[3], h[4], bytes(buf[off + HEADER_SIZE:off + size]), h[0])

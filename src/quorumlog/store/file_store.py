@@ -1,7 +1,8 @@
 """FileStore: DLedger's segmented data and index files, with CRCs checked on every read.
 
 Layout of one store directory (`<data-dir>/<group>/<node-id>/`):
-  data/       fixed-size data segments: entries (48-byte header + body), blank records at segment ends
+  data/       fixed-size data segments: entries (48-byte header, metadata run, body), blank records at
+              segment ends
   index/      fixed-size index segments: a 32-byte unit per entry at offset index * 32
   checkpoint  begin (index, pos, chain, term), durable end, committed index and a recovery anchor
   currterm    current term and voted-for, replaced atomically before a vote is answered
@@ -14,7 +15,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..config import StoreConfig
 from ..entry import (
@@ -25,6 +26,8 @@ from ..entry import (
     INDEX_UNIT_SIZE,
     MAGIC_BLANK,
     MAGIC_NORMAL,
+    META_SIZE,
+    check_metas,
     encode_run,
 )
 from ..errors import (
@@ -35,7 +38,7 @@ from ..errors import (
     InvalidArgumentError,
     StoreError,
 )
-from .base import Appended, Damage, check_bodies, check_reset, expiry_point, place, verify_run
+from .base import Appended, Damage, appended_metas, check_bodies, check_reset, expiry_point, place, verify_run
 from .checkpoint import Checkpoint, StableState, check_token, read_checkpoint, write_checkpoint
 from .dirlock import DirLock
 from .file_reads import FileReads
@@ -47,6 +50,13 @@ from .vfs import OsFiles
 
 _pack_unit = INDEX_UNIT.pack_into
 _DISK_PROBE_INTERVAL_S = 0.1
+
+
+def _shifted(metas: Mapping[int, bytes] | None, start: int, stop: int) -> dict[int, bytes] | None:
+    """The metadata of bodies[start:stop], keyed by offset in that slice."""
+    if not metas:
+        return None
+    return {i - start: m for i, m in metas.items() if start <= i < stop} or None
 
 
 def store_dir(data_dir: str | os.PathLike[str], group: str, node_id: str) -> str:
@@ -227,10 +237,13 @@ class FileStore(FileReads):
         if self._disk_full:
             raise DiskFullError(f"disk use at {self.dir} is past disk_full_ratio {self.config.disk_full_ratio}")
 
-    def append(self, bodies: Sequence[bytes], term: int, magic: int = MAGIC_NORMAL) -> Appended:
+    def append(self, bodies: Sequence[bytes], term: int, magic: int = MAGIC_NORMAL,
+               metas: Mapping[int, bytes] | None = None) -> Appended:
         self._check_writable()
         self._check_space()
         check_bodies(bodies, self._max_body)
+        if metas:
+            check_metas(metas, len(bodies))
         if term < self._end_term:
             raise InvalidArgumentError(f"term {term} is below the log's end term {self._end_term}")
         first = self._end + 1
@@ -241,28 +254,28 @@ class FileStore(FileReads):
         try:
             wp = self._write_pos
             seg_end = wp - wp % self._seg + self._seg
-            total = sum(map(len, bodies)) + HEADER_SIZE * len(bodies)
+            total = sum(map(len, bodies)) + HEADER_SIZE * len(bodies) + (META_SIZE * len(metas) if metas else 0)
             if wp + total + BLANK_SIZE <= seg_end:
-                self._write_run(bodies, magic, first, term, wp, positions)
+                self._write_run(bodies, magic, first, term, wp, positions, metas)
             else:  # the batch crosses a segment end: split it where place() rolls over
                 start = 0
-                index = first
                 for i, body in enumerate(bodies):
-                    size = HEADER_SIZE + len(body)
+                    size = HEADER_SIZE + len(body) + (META_SIZE if metas and i in metas else 0)
                     pos = place(wp, size, self._seg)
                     if pos != wp:
                         if i > start:
-                            self._write_run(bodies[start:i], magic, index, term, self._write_pos, positions)
-                            index = first + i
+                            self._write_run(bodies[start:i], magic, first + start, term, self._write_pos,
+                                            positions, _shifted(metas, start, i))
                             start = i
                         self._write_blank(wp)
                         self._write_pos = pos
                     wp = pos + size
-                self._write_run(bodies[start:], magic, index, term, self._write_pos, positions)
+                self._write_run(bodies[start:], magic, first + start, term, self._write_pos, positions,
+                                _shifted(metas, start, len(bodies)))
         except OSError as e:
             self._fail(e)
         self._heal()
-        return Appended(first, term, positions)
+        return Appended(first, term, positions, appended_metas(first, metas))
 
     def _before_entries(self) -> None:
         """`currterm` exists before the first entry does, so that entries without it mean it was lost."""
@@ -289,8 +302,8 @@ class FileStore(FileReads):
         self.checkpoint()
 
     def _write_run(self, bodies: Sequence[bytes], magic: int, first: int, term: int, pos: int,
-                   positions: list[int]) -> None:
-        data, units, chain = encode_run(bodies, magic, first, term, pos, self._chain, positions)
+                   positions: list[int], metas: Mapping[int, bytes] | None) -> None:
+        data, units, chain = encode_run(bodies, magic, first, term, pos, self._chain, positions, metas)
         self.data.write(pos, data)
         self._write_units(first, units)
         self._chain = chain
@@ -313,12 +326,15 @@ class FileStore(FileReads):
         self.data.write(pos, BLANK.pack(MAGIC_BLANK, seg_end - pos))
 
     def append_encoded(self, data: bytes | bytearray | memoryview) -> int:
+        return self.append_encoded_metas(data)[0]
+
+    def append_encoded_metas(self, data: bytes | bytearray | memoryview) -> tuple[int, list[tuple[int, bytes]]]:
         self._check_writable()
         self._check_space()
-        run = verify_run(data, self._end + 1, self._write_pos, self._chain, self._end_term,
-                         self._seg, self._max_body)
+        run, metas = verify_run(data, self._end + 1, self._write_pos, self._chain, self._end_term,
+                                self._seg, self._max_body)
         if not run:
-            return self._end
+            return self._end, metas
         self._before_entries()
         mv = memoryview(data)
         units = bytearray(INDEX_UNIT_SIZE * len(run))
@@ -346,7 +362,7 @@ class FileStore(FileReads):
         self._end = last_index
         self._end_term = last_term
         self._heal()
-        return self._end
+        return self._end, metas
 
     def set_committed(self, index: int) -> None:
         self._committed = max(self._committed, min(index, self._end))

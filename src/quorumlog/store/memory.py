@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..config import StoreConfig
-from ..entry import HEADER_SIZE, MAGIC_NORMAL, Entry, check_entry, encode_entry
+from ..entry import HEADER_SIZE, MAGIC_NORMAL, Entry, check_entry, check_metas, encode_entry, entry_at
 from ..errors import CorruptEntryError, IndexOutOfRangeError, InvalidArgumentError, StoreError
-from .base import Appended, Damage, check_bodies, check_reset, entry_from, expiry_point, place, verify_run
+from .base import Appended, Damage, appended_metas, check_bodies, check_reset, expiry_point, place, verify_run
 from .checkpoint import check_token
 
 
@@ -98,34 +98,50 @@ class MemoryStore:
         self._identity = identity
 
     # -- writes ------------------------------------------------------------------------------
-    def append(self, bodies: Sequence[bytes], term: int, magic: int = MAGIC_NORMAL) -> Appended:
+    def append(self, bodies: Sequence[bytes], term: int, magic: int = MAGIC_NORMAL,
+               metas: Mapping[int, bytes] | None = None) -> Appended:
         check_bodies(bodies, self._max_body)
+        if metas:
+            check_metas(metas, len(bodies))
         if term < self.end_term:
             raise InvalidArgumentError(f"term {term} is below the log's end term {self.end_term}")
         first = self.end_index + 1
         chain = self._chains[-1] if self._chains else self._begin_chain
         positions = []
         wp = self._write_pos
-        for i, body in enumerate(bodies):
-            size = HEADER_SIZE + len(body)
-            pos = place(wp, size, self._seg)
-            raw, chain = encode_entry(magic, first + i, term, pos, body, chain)
-            self._add(raw, term, chain, wp, pos)
-            positions.append(pos)
-            wp = pos + size
+        if metas:
+            for i, body in enumerate(bodies):
+                meta = metas.get(i, b"")
+                size = HEADER_SIZE + len(meta) + len(body)
+                pos = place(wp, size, self._seg)
+                raw, chain = encode_entry(magic, first + i, term, pos, body, chain, meta)
+                self._add(raw, term, chain, wp, pos)
+                positions.append(pos)
+                wp = pos + size
+        else:  # the hot path: no per-entry work for metadata
+            for i, body in enumerate(bodies):
+                size = HEADER_SIZE + len(body)
+                pos = place(wp, size, self._seg)
+                raw, chain = encode_entry(magic, first + i, term, pos, body, chain)
+                self._add(raw, term, chain, wp, pos)
+                positions.append(pos)
+                wp = pos + size
         self._heal()
-        return Appended(first, term, positions)
+        return Appended(first, term, positions, appended_metas(first, metas))
 
     def append_encoded(self, data: bytes | bytearray | memoryview) -> int:
+        return self.append_encoded_metas(data)[0]
+
+    def append_encoded_metas(self, data: bytes | bytearray | memoryview) -> tuple[int, list[tuple[int, bytes]]]:
         prev_chain = self._chains[-1] if self._chains else self._begin_chain
-        run = verify_run(data, self.end_index + 1, self._write_pos, prev_chain, self.end_term,
-                         self._seg, self._max_body)
+        run, metas = verify_run(data, self.end_index + 1, self._write_pos, prev_chain, self.end_term,
+                                self._seg, self._max_body)
         mv = memoryview(data)
         for off, pos, size, _index, term, _magic in run:
             raw = bytes(mv[off:off + size])
             self._add(raw, term, int.from_bytes(raw[36:40], "big"), self._write_pos, pos)
         self._heal()
-        return self.end_index
+        return self.end_index, metas
 
     def _add(self, raw: bytes, term: int, chain: int, wp: int, pos: int) -> None:
         """Hold one entry placed at `pos` (a roll from `wp` writes a blank into wp's segment)."""
@@ -254,7 +270,7 @@ class MemoryStore:
             h = check_entry(raw, 0, None, self._max_body)
         except CorruptEntryError as e:
             raise CorruptEntryError(f"entry {index}: {e}", index=index) from None
-        return entry_from(raw, 0, len(raw), h)
+        return entry_at(raw, 0, h)
 
     def read(self, start: int, max_count: int, max_bytes: int, include_control: bool = True) -> list[Entry]:
         self._below_begin(start)

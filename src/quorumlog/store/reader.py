@@ -6,7 +6,16 @@ import zlib
 from bisect import bisect_left
 from collections import deque
 
-from ..entry import BODY_CRC_AT, CHAIN_SPAN, HEADER, HEADER_SIZE, MAGIC_BLANK, MAGIC_NORMAL, VALID_MAGICS
+from ..entry import (
+    BODY_CRC_AT,
+    CHAIN_SPAN,
+    HEADER,
+    HEADER_SIZE,
+    MAGIC_BLANK,
+    MAGIC_NORMAL,
+    META_SIZE,
+    VALID_MAGICS,
+)
 from ..errors import CorruptEntryError
 from .segments import SegmentList
 
@@ -46,8 +55,8 @@ def read_checked(data: SegmentList, pos: int, start: int, end: int, chain: int |
             continue
         size = h[1]
         problem = None
-        if magic not in VALID_MAGICS or not 0 <= h[8] <= max_body or size != HEADER_SIZE + h[8] \
-                or rel + size > seg_bytes:
+        if magic not in VALID_MAGICS or not 0 <= h[8] <= max_body \
+                or h[5] not in (0, META_SIZE) or size != HEADER_SIZE + h[5] + h[8] or rel + size > seg_bytes:
             problem = f"bad header (magic {magic}, size {size}, body_size {h[8]})"
         elif h[2] != index or h[4] != pos:
             problem = f"header says index {h[2]} pos {h[4]}"

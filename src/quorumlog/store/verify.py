@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import MAX_BODY_BYTES
-from ..entry import HEADER_SIZE, INDEX_UNIT, INDEX_UNIT_SIZE
+from ..entry import HEADER_SIZE, INDEX_UNIT, INDEX_UNIT_SIZE, digest_key
 from ..errors import StoreError
 from .checkpoint import Checkpoint, read_checkpoint, read_stable
 from .recovery import WalkError, walk
@@ -37,6 +36,7 @@ class StoreReport:
     end_term: int = 0
     committed_index: int = -1
     entries: int = 0
+    producer_meta_entries: int = 0  # entries that carry producer metadata
     data_bytes: int = 0
     digest: str = hashlib.sha256().hexdigest()
     errors: list[dict[str, Any]] = field(default_factory=list)
@@ -45,8 +45,8 @@ class StoreReport:
     recovering: bool = False
 
     def as_json(self) -> dict[str, Any]:
-        keys = ("begin_index", "end_index", "end_term", "committed_index", "entries", "data_bytes",
-                "digest", "errors")
+        keys = ("begin_index", "end_index", "end_term", "committed_index", "entries", "producer_meta_entries",
+                "data_bytes", "digest", "errors")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -113,7 +113,6 @@ def _where(data: SegmentList, pos: int) -> tuple[str, int]:
 
 def _walk_all(data: SegmentList, index: SegmentList, cp: Checkpoint, max_body: int, r: StoreReport) -> None:
     digest = hashlib.sha256()
-    key = struct.Struct(">qqi").pack
     unit = INDEX_UNIT.pack
     pos = max(cp.begin_pos, data.start)
     expected = cp.begin_index
@@ -122,8 +121,12 @@ def _walk_all(data: SegmentList, index: SegmentList, cp: Checkpoint, max_body: i
     while True:
         try:
             for view, rel, h in walk(data, pos, expected, chain, term, max_body):
-                digest.update(key(h[2], h[3], h[0]))
-                digest.update(view[rel + HEADER_SIZE:rel + h[1]])
+                end = rel + h[1]
+                meta = view[rel + HEADER_SIZE:end - h[8]]
+                if meta:
+                    r.producer_meta_entries += 1
+                digest.update(digest_key(h[2], h[3], h[0], meta))  # as entry.replica_digest
+                digest.update(view[end - h[8]:end])
                 r.entries += 1
                 r.data_bytes += h[1]
                 u = index.find(h[2] * INDEX_UNIT_SIZE)

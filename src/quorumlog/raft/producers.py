@@ -1,0 +1,195 @@
+"""The idempotent producer's table: what each producer already wrote, rebuilt from the log itself.
+
+A producer (a client instance, or a Spark task) numbers its append requests 0, 1, 2, ... per group. The
+first entry of each request carries (producer, sequence, count, wall_ms) in its metadata run (entry.py),
+so the table is a pure function of the log: every member keeps it as its log changes (leader appends,
+follower appends, truncation, restart), and a new leader's table already holds every request of its log,
+committed or not. The leader judges each request against it:
+
+- the next sequence (last + 1) is NEW: written, and recorded;
+- a sequence it holds within the last `window` requests is a DUPLICATE: answered with the original
+  index range, nothing written;
+- an older one is TOO_OLD (written once, long ago; its position is no longer kept);
+- a later one is a GAP (an earlier request is missing: refused, the client resends in order);
+- a producer the table does not know may only start at sequence 0 (UNKNOWN otherwise: expired, or
+  its history was lost).
+
+Memory is O(window) per producer, and producers idle for `idle_ms` (by the wall clock written in the
+log, so every member expires the same ones) are dropped: a retry after that long is not recognised.
+
+A request is atomic: its entries commit together or not at all. The table keeps the index span of each
+request above the commit; the leader never ends a push inside one (followers then hold, acknowledge and
+commit whole requests), and a node drops an uncommitted request it holds only the start of (a torn
+tail) at start and before it leads. So a retry always finds its original whole, or not at all.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable
+
+from ..entry import HEADER, HEADER_SIZE, META_SIZE, unpack_meta
+from ..store.base import LogStore
+
+NEW = 0
+DUPLICATE = 1
+TOO_OLD = 2
+GAP = 3
+UNKNOWN = 4
+
+DEFAULT_WINDOW = 64  # requests a producer may have in flight; the client keeps to it
+SWEEP_EVERY = 4096  # records between two sweeps for idle producers
+_SCAN_BYTES = 4 << 20
+
+
+class Producer:
+    """One producer's last sequence and a ring of its recent requests (first index and count)."""
+
+    __slots__ = ("last_seq", "wall_ms", "seqs", "firsts", "counts")
+
+    def __init__(self, window: int) -> None:
+        self.last_seq = -1
+        self.wall_ms = 0
+        self.seqs = [-1] * window
+        self.firsts = [0] * window
+        self.counts = [0] * window
+
+
+class ProducerTable:
+    __slots__ = ("window", "idle_ms", "producers", "newest_wall", "_records", "_firsts", "_lasts")
+
+    def __init__(self, window: int = DEFAULT_WINDOW, idle_ms: int = 24 * 3_600_000) -> None:
+        self.window = window
+        self.idle_ms = idle_ms
+        self.producers: dict[int, Producer] = {}
+        self.newest_wall = 0
+        self._records = 0
+        self._firsts: list[int] = []  # index spans of the requests above the commit, in index order
+        self._lasts: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.producers)
+
+    def judge(self, producer: int, seq: int) -> tuple[int, int, int]:
+        """(verdict, first_index, count); the range is the original request's for a DUPLICATE."""
+        p = self.producers.get(producer)
+        if p is None:
+            return (NEW, -1, 0) if seq == 0 else (UNKNOWN, -1, 0)
+        last = p.last_seq
+        if seq == last + 1:
+            return NEW, -1, 0
+        if seq > last:
+            return GAP, -1, 0
+        slot = seq % self.window
+        if seq > last - self.window and p.seqs[slot] == seq:
+            return DUPLICATE, p.firsts[slot], p.counts[slot]
+        return TOO_OLD, -1, 0
+
+    def record(self, producer: int, seq: int, first_index: int, count: int, wall_ms: int) -> None:
+        """A request entered the log at first_index.. (the log holds requests in sequence order)."""
+        p = self.producers.get(producer)
+        if p is None:
+            p = self.producers[producer] = Producer(self.window)
+        slot = seq % self.window
+        p.seqs[slot] = seq
+        p.firsts[slot] = first_index
+        p.counts[slot] = count
+        p.last_seq = seq
+        p.wall_ms = wall_ms
+        if count > 1:
+            self._firsts.append(first_index)
+            self._lasts.append(first_index + count - 1)
+        if wall_ms > self.newest_wall:
+            self.newest_wall = wall_ms
+        self._records += 1
+        if self._records % SWEEP_EVERY == 0:
+            self.sweep()
+
+    def record_metas(self, metas: Iterable[tuple[int, bytes]]) -> None:
+        for index, meta in metas:
+            producer, seq, count, wall_ms = unpack_meta(meta)
+            self.record(producer, seq, index, count, wall_ms)
+
+    def sweep(self) -> int:
+        """Drop producers idle for idle_ms before the newest write; returns how many."""
+        horizon = self.newest_wall - self.idle_ms
+        idle = [pid for pid, p in self.producers.items() if p.wall_ms < horizon]
+        for pid in idle:
+            del self.producers[pid]
+        return len(idle)
+
+    def span_at(self, index: int) -> tuple[int, int] | None:
+        """The index span of the multi-entry request holding `index`, if the table still keeps it."""
+        k = bisect_right(self._firsts, index) - 1
+        if k >= 0 and self._lasts[k] >= index:
+            return self._firsts[k], self._lasts[k]
+        return None
+
+    def forget_spans(self, upto: int) -> None:
+        """Spans of committed requests are no longer needed (commits fall between requests)."""
+        k = bisect_right(self._lasts, upto)
+        if k:
+            del self._firsts[:k], self._lasts[:k]
+
+    def cut_partial_tail(self, store: LogStore) -> int:
+        """Drop the uncommitted request the log holds only the start of (a torn tail, or a push cut short
+        by a leader change); returns how many entries went."""
+        end = store.end_index
+        span = self.span_at(end)
+        if span is None or span[1] <= end or span[0] - 1 < store.committed_index:
+            return 0
+        store.truncate_after(span[0] - 1)
+        self.truncate_after(span[0] - 1)
+        return end - span[0] + 1
+
+    def after_cut(self, store: LogStore) -> None:
+        """The log was cut (a corrupt entry): forget what went, and an uncommitted request left partial."""
+        self.truncate_after(store.end_index)
+        self.cut_partial_tail(store)
+
+    def truncate_after(self, index: int) -> None:
+        """The log was cut after `index`: forget the requests that began above it. Sequences are written
+        in order, so what remains of a producer is everything below its first forgotten request."""
+        k = bisect_right(self._firsts, index)
+        del self._firsts[k:], self._lasts[k:]
+        w = self.window
+        for pid in list(self.producers):
+            p = self.producers[pid]
+            cut = [p.seqs[i] for i in range(w) if p.seqs[i] >= 0 and p.firsts[i] > index]
+            if not cut:
+                continue
+            lowest = min(cut)
+            for i in range(w):
+                if p.seqs[i] >= lowest:
+                    p.seqs[i] = -1
+            p.last_seq = lowest - 1
+            if p.last_seq < 0:
+                del self.producers[pid]
+
+    def clear(self) -> None:
+        self.producers.clear()
+        self._firsts.clear()
+        self._lasts.clear()
+
+    def rebuild(self, store: LogStore) -> None:
+        """Read the whole log's metadata (at start: the table is not persisted apart from the log)."""
+        self.clear()
+        self.scan(store, store.begin_index, store.end_index)
+
+    def scan(self, store: LogStore, first: int, last: int) -> None:
+        """Record the requests that begin in first..last, walking headers only."""
+        unpack = HEADER.unpack_from
+        index = first
+        while index <= last:
+            raw, n = store.read_raw(index, last - index + 1, _SCAN_BYTES)
+            if n == 0:
+                break
+            off = 0
+            for _ in range(n):
+                h = unpack(raw, off)
+                size = h[1]
+                if size - HEADER_SIZE - h[8] == META_SIZE:
+                    producer, seq, count, wall_ms = unpack_meta(raw[off + HEADER_SIZE:off + HEADER_SIZE + META_SIZE])
+                    self.record(producer, seq, index, count, wall_ms)
+                off += size
+                index += 1

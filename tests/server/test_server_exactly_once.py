@@ -1,0 +1,151 @@
+"""Exactly once on real processes: concurrent idempotent clients while leaders are killed and cut off.
+
+Every append is recorded (invoke time, completion time, outcome). Afterwards the committed log is read
+and checked: nothing acknowledged is lost or misplaced, nothing is written twice, nothing appears that no
+client sent, and the log order respects real time (an append acknowledged before another was sent comes
+first). A cut-off leader is a paused process (SIGSTOP): it keeps its sockets and comes back believing it
+leads, which is the case the real-time order check is about.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from quorumlog.client import AsyncClient
+from quorumlog.errors import QuorumLogError
+
+from .conftest import committed_entries, node_index, statuses, wait_leader
+
+CLIENTS = 4
+TASKS_PER_CLIENT = 3
+RUN_S = 14.0
+
+
+@dataclass(slots=True)
+class Op:
+    body: bytes
+    invoked: float
+    completed: float = float("inf")
+    index: int | None = None  # acknowledged index
+    error: str | None = None
+
+
+def check_history(ops: list[Op], log: list[tuple[int, bytes]]) -> dict[str, int]:
+    """Raise AssertionError on loss, duplicate, phantom or a real-time order violation."""
+    where: dict[bytes, int] = {}
+    for index, body in log:
+        assert body not in where, f"{body!r} written twice: at {where[body]} and {index}"
+        where[body] = index
+    sent = {op.body: op for op in ops}
+    phantoms = [b for b in where if b not in sent]
+    assert not phantoms, f"{len(phantoms)} entries no client sent, first {phantoms[:3]}"
+    for op in ops:
+        if op.index is not None:
+            assert where.get(op.body) == op.index, \
+                f"{op.body!r} acknowledged at {op.index}, log has it at {where.get(op.body)}"
+    # Real-time order: an op present in the log comes after every op acknowledged before it was sent.
+    done = sorted((op.completed, where[op.body]) for op in ops if op.index is not None)
+    present = sorted((op.invoked, where[op.body], op.body) for op in ops if op.body in where)
+    highest = -1
+    k = 0
+    for invoked, index, body in present:
+        while k < len(done) and done[k][0] < invoked:
+            highest = max(highest, done[k][1])
+            k += 1
+        assert index > highest, f"{body!r} (sent at {invoked:.3f}) is at {index}, before an entry at " \
+                                f"{highest} acknowledged earlier"
+    return {"acked": sum(op.index is not None for op in ops), "failed": sum(op.error is not None for op in ops),
+            "unacked_but_written": sum(op.index is None and op.body in where for op in ops)}
+
+
+def test_history_checker_catches_each_kind_of_violation() -> None:
+    a, b = Op(b"a", 0.0, 1.0, 0), Op(b"b", 2.0, 3.0, 1)
+    assert check_history([a, b], [(0, b"a"), (1, b"b")])["acked"] == 2
+    for log, what in (([(0, b"a")], "acknowledged at 1"),
+                      ([(0, b"a"), (1, b"b"), (2, b"b")], "written twice"),
+                      ([(0, b"a"), (1, b"b"), (2, b"z")], "no client sent")):
+        with pytest.raises(AssertionError, match=what):
+            check_history([a, b], log)
+    late = Op(b"c", 5.0, float("inf"), None, "timeout")  # sent after a was acknowledged, yet before it
+    with pytest.raises(AssertionError, match="before an entry"):
+        check_history([Op(b"a", 0.0, 1.0, 1), late], [(0, b"c"), (1, b"a")])
+
+
+@pytest.mark.slow
+def test_idempotent_clients_write_everything_exactly_once_through_leader_faults(cluster_factory: Any) -> None:
+    cluster = cluster_factory()
+    ops: list[Op] = []
+    rng = random.Random(20261123)
+
+    async def writer(c: AsyncClient, name: str, stop: float) -> None:
+        n = 0
+        loop = asyncio.get_running_loop()
+        while loop.time() < stop:
+            op = Op(f"{name}-{n}".encode(), time.monotonic())
+            n += 1
+            ops.append(op)
+            try:
+                r = await c.append(op.body)
+                op.index = r.index
+            except QuorumLogError as e:
+                op.error = type(e).__name__
+            op.completed = time.monotonic()
+
+    async def nemesis(c: AsyncClient, stop: float) -> list[str]:
+        done = []
+        loop = asyncio.get_running_loop()
+        while loop.time() < stop - 3:
+            await asyncio.sleep(rng.uniform(2.0, 3.5))
+            st = await statuses(c, cluster)
+            leaders = [n for n, s in st.items() if s["role"] == "leader"]
+            if not leaders:
+                continue
+            i = node_index(cluster, leaders[0])
+            if rng.random() < 0.5:
+                cluster.kill(i, signal.SIGKILL)
+                done.append(f"kill {leaders[0]}")
+                await asyncio.sleep(rng.uniform(0.3, 1.0))
+                cluster.start(i)
+            else:
+                proc = cluster.nodes[i].proc
+                assert proc is not None
+                proc.send_signal(signal.SIGSTOP)
+                done.append(f"cut off {leaders[0]}")
+                try:
+                    await asyncio.sleep(rng.uniform(1.0, 2.0))
+                finally:
+                    proc.send_signal(signal.SIGCONT)
+        return done
+
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints) as admin:
+            await wait_leader(admin, cluster)
+            clients = [AsyncClient(cluster.endpoints, retry_timeout=20) for _ in range(CLIENTS)]
+            try:
+                stop = asyncio.get_running_loop().time() + RUN_S
+                tasks = [writer(c, f"c{k}t{t}", stop) for k, c in enumerate(clients) for t in range(TASKS_PER_CLIENT)]
+                results = await asyncio.gather(nemesis(admin, stop), *tasks)
+            finally:
+                for c in clients:
+                    await c.close()
+            faults = results[0]
+            assert faults, "the nemesis never found a leader to fault"
+            for i in range(len(cluster.nodes)):
+                cluster.start(i)  # every node back
+            leader = await wait_leader(admin, cluster, timeout=30)
+            addr = cluster.nodes[node_index(cluster, leader)].address
+            # Everything sent has an outcome by now; the leader's NOOP commits whatever it holds.
+            await asyncio.sleep(1.0)
+            log = [(i, b) for i, b in await committed_entries(addr) if b]
+            summary = check_history(ops, log)
+            assert summary["acked"] > 200, (summary, faults)
+            print(f"history: {len(ops)} appends, {summary}, faults: {faults}")
+
+    asyncio.run(main())

@@ -1,0 +1,196 @@
+"""The sink writes every row exactly once through real failures: a Python worker killed in the middle of
+a batch write, a streaming query's driver killed in the middle of a micro-batch and restarted from its
+checkpoint, and attempts of one task run at once and again."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark import TaskContext, cloudpickle
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from quorumlog.client import Client
+from quorumlog.server.cluster import LocalCluster
+from quorumlog.spark.options import OptionError, SinkOptions, parse_sink_options
+from quorumlog.spark.source import QuorumLogDataSource
+from quorumlog.spark.writer import QuorumLogArrowWriter
+
+from .conftest import wait_until
+
+# Spark's Python workers cannot import this module: what they run from it travels by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+STREAM_JOB = Path(__file__).with_name("stream_sink_job.py")
+
+
+def _next(cluster: LocalCluster, group: str) -> int:
+    with Client(cluster.endpoints, group) as c:
+        return max(int(n["committed_index"]) for n in c.metadata().nodes.values() if n) + 1
+
+
+def _written(spark: SparkSession, cluster: LocalCluster, start: dict[str, int]) -> list[tuple[str, bytes]]:
+    """(group, body) of every entry from `start` on, sorted."""
+    rows = spark.read.format("quorumlog").option("endpoints", cluster.endpoints).option("groups", ",".join(start)) \
+        .option("startingOffsets", json.dumps(start)).load().collect()
+    return sorted((r["group"], bytes(r["body"])) for r in rows)
+
+
+def _first_time(marker: str) -> bool:
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+class _KillOnce(QuorumLogArrowWriter):
+    """Kills its own Python worker in the first attempt of partition 0, once 300 rows went to the writer:
+    with maxInFlight 1, every request it sent but the last is in the log by then."""
+
+    def __init__(self, opts: SinkOptions, marker: str) -> None:
+        super().__init__(opts)
+        self.marker = marker
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return super().write(self._rows(iterator))
+
+    def _rows(self, iterator: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        seen = 0
+        for rb in iterator:
+            yield rb
+            seen += rb.num_rows
+            if seen >= 300 and TaskContext.get().partitionId() == 0 and _first_time(self.marker):
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _KillingSource(QuorumLogDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "quorumlog_kill_once"
+
+    def writer(self, schema: StructType, overwrite: bool) -> _KillOnce:
+        return _KillOnce(parse_sink_options(self.options), self.options["killMarker"])
+
+
+def test_python_worker_killed_during_a_batch_write(spark: SparkSession, shared_cluster: LocalCluster,
+                                                   tmp_path: Path) -> None:
+    spark.dataSource.register(_KillingSource)
+    start = {g: _next(shared_cluster, g) for g in ("g0", "g1")}
+    marker = tmp_path / "killed"
+    df = spark.range(0, 4000, 1, 4).selectExpr("if(id % 3 = 0, 'g1', 'g0') AS group",
+                                               "cast(concat('k-', id) AS binary) AS body")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")  # the writer sees rows 100 at a time
+    try:
+        df.write.format("quorumlog_kill_once").option("endpoints", shared_cluster.endpoints) \
+            .option("maxBatchEntries", "50").option("maxInFlight", "1").option("killMarker", str(marker)) \
+            .mode("append").save()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert marker.exists(), "no Python worker was killed"
+    assert _written(spark, shared_cluster, start) == sorted(("g1" if i % 3 == 0 else "g0", b"k-%d" % i)
+                                                            for i in range(4000))
+
+
+def _session_pids(sid: int) -> list[int]:
+    """Live processes of session `sid`: a driver started in a session of its own, its JVM, the JVM's
+    Python workers (whose daemon moves to a process group of its own, but not to another session)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        state, _ppid, _pgrp, session = stat.rsplit(")", 1)[1].split()[:4]
+        if int(session) == sid and state != "Z":
+            pids.append(int(d))
+    return pids
+
+
+def _kill_session(proc: subprocess.Popen[bytes]) -> None:
+    for pid in _session_pids(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait(10)
+    wait_until(lambda: not _session_pids(proc.pid), 30, f"the processes of session {proc.pid} to end")
+
+
+def test_stream_driver_killed_mid_batch_and_restarted_from_checkpoint(
+        spark: SparkSession, shared_cluster: LocalCluster, tmp_path: Path) -> None:
+    src, ckpt, out = tmp_path / "in", tmp_path / "ckpt", tmp_path / "driver.log"
+    src.mkdir()
+    files, per_file = 4, 3000  # two files per micro-batch: batches 0 and 1 of 6000 rows each
+    for f in range(files):
+        (src / f"part-{f}.json").write_text("".join(json.dumps({"body": f"s{f}-{i}"}) + "\n" for i in range(per_file)))
+    start = _next(shared_cluster, "g0")
+    env = {**os.environ, "SPARK_LOCAL_DIRS": str(tmp_path / "local")}
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def run() -> subprocess.Popen[bytes]:
+        with out.open("ab") as log:
+            procs.append(subprocess.Popen([sys.executable, str(STREAM_JOB), shared_cluster.endpoints, "g0", str(src),
+                                           str(ckpt)], cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+        return procs[-1]
+
+    def log_tail() -> str:
+        return out.read_text(errors="replace")[-3000:]
+
+    try:
+        first = run()
+        wait_until(lambda: _next(shared_cluster, "g0") - start >= 1500 or first.poll() is not None, 120,
+                   "the first micro-batch to be a quarter written")
+        assert first.poll() is None, log_tail()
+        _kill_session(first)  # the driver, its JVM and its Python workers, at once
+        written = _next(shared_cluster, "g0") - start
+        assert (ckpt / "offsets" / "0").exists() and not (ckpt / "commits" / "0").exists()
+        assert 0 < written < 2 * per_file, "not killed in the middle of micro-batch 0"
+        second = run()
+        assert second.wait(180) == 0, log_tail()
+    finally:
+        for p in procs:
+            _kill_session(p)
+    assert _written(spark, shared_cluster, {"g0": start}) == sorted(("g0", f"s{f}-{i}".encode())
+                                                                    for f in range(files) for i in range(per_file))
+
+
+def test_attempts_of_one_task_at_once_and_again(spark: SparkSession, shared_cluster: LocalCluster) -> None:
+    start = _next(shared_cluster, "g1")
+    # 200 requests: an attempt after them finds the first ones beyond the leader's window (SEQUENCE_TOO_OLD).
+    writer = QuorumLogArrowWriter(parse_sink_options({"endpoints": shared_cluster.endpoints, "group": "g1",
+                                                      "maxBatchEntries": "10", "maxInFlight": "8"}))
+    bodies = [b"a-%d" % i for i in range(2000)]
+
+    def attempts(_rows: Iterator[int]) -> Iterator[list[int | str]]:
+        batches = [pa.RecordBatch.from_pydict({"body": bodies[i:i + 300]}) for i in range(0, len(bodies), 300)]
+        with ThreadPoolExecutor(2) as pool:  # two attempts at once, as with speculation
+            out: list[int | str] = list(pool.map(lambda _: writer.write(iter(batches)).entries, range(2)))
+        out.append(writer.write(iter(batches)).entries)
+        try:  # an attempt whose rows differ from the first ones' is refused
+            writer.write(iter([*batches[:-1], batches[-1].slice(1)]))
+        except RuntimeError as e:
+            out.append(str(e))
+        yield out
+
+    got = spark.sparkContext.parallelize([0], 1).mapPartitions(attempts).collect()[0]
+    assert got[:3] == [2000, 2000, 2000]
+    assert "differ between attempts" in str(got[3:])
+    assert _written(spark, shared_cluster, {"g1": start}) == sorted(("g1", b) for b in bodies)
+
+
+def test_max_in_flight_stays_within_the_producer_window() -> None:
+    with pytest.raises(OptionError, match="maxInFlight"):
+        parse_sink_options({"endpoints": "127.0.0.1:1", "maxInFlight": "65"})
