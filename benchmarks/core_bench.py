@@ -2,6 +2,7 @@
 disk): MemoryStores, messages handed straight to their target, batches of 64 x 1 KiB bodies.
 
     python benchmarks/core_bench.py [--entries 400000] [--batch 64] [--body 1024] [--window 16] [--profile]
+                                    [--idempotent]
 
 It prints entries/s committed and acknowledged, with the share of time spent in the store (encode,
 CRC, copies) versus the core. Nothing here asserts a figure; see docs/testing.md for recorded runs.
@@ -122,7 +123,8 @@ class CountingStore:
 
 
 class Bench:
-    def __init__(self, batch: int, body: int, window: int, counting: bool = False) -> None:
+    def __init__(self, batch: int, body: int, window: int, counting: bool = False, idempotent: bool = False) -> None:
+        self.idempotent = idempotent  # each batch from producer 1, numbered (the idempotent client)
         self.ids = ["n0", "n1", "n2"]
         cfg = RaftConfig(max_inflight_pushes=64, push_batch_entries=batch * 4, push_batch_bytes=4 << 20,
                          max_pending_requests=100_000)
@@ -173,7 +175,12 @@ class Bench:
             while self.inflight < self.window and proposed < entries:
                 self.inflight += 1
                 proposed += batch
-                driver.apply(leader.propose(self.bodies, self.now), self.now)
+                if self.idempotent:
+                    ready = leader.propose(self.bodies, self.now, producer=1, seq=proposed // batch - 1,
+                                           wall_ms=self.now)
+                else:
+                    ready = leader.propose(self.bodies, self.now)
+                driver.apply(ready, self.now)
             self.pump()
         return time.perf_counter() - start
 
@@ -185,10 +192,11 @@ def main() -> None:
     p.add_argument("--body", type=int, default=1024)
     p.add_argument("--window", type=int, default=16, help="batches the client keeps in flight")
     p.add_argument("--profile", action="store_true", help="print the top functions by own time")
+    p.add_argument("--idempotent", action="store_true", help="batches carry a producer id and sequence")
     p.add_argument("--core-only", action="store_true",
                    help="a bookkeeping-only store: the core's own ceiling, without encoding and CRCs")
     args = p.parse_args()
-    bench = Bench(args.batch, args.body, args.window, counting=args.core_only)
+    bench = Bench(args.batch, args.body, args.window, counting=args.core_only, idempotent=args.idempotent)
     prof = cProfile.Profile() if args.profile else None
     if prof:
         prof.enable()

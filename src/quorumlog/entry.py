@@ -148,9 +148,11 @@ def encode_run(bodies: Sequence[bytes], magic: int, first_index: int, term: int,
     Each body is copied exactly once, into `data`. `metas` maps an offset in `bodies` to that
     entry's metadata run (META_SIZE bytes).
     """
+    marks: list[int] = []
     if metas:
-        return _encode_run_metas(bodies, magic, first_index, term, first_pos, prev_chain, positions, metas)
-    data = bytearray(sum(map(len, bodies)) + HEADER_SIZE * len(bodies))
+        check_metas(metas, len(bodies))
+        marks = sorted(metas)
+    data = bytearray(sum(map(len, bodies)) + HEADER_SIZE * len(bodies) + META_SIZE * len(marks))
     units = bytearray(INDEX_UNIT_SIZE * len(bodies))
     mv = memoryview(data)
     pack_unit = INDEX_UNIT.pack_into
@@ -158,16 +160,26 @@ def encode_run(bodies: Sequence[bytes], magic: int, first_index: int, term: int,
     off = 0
     chain = prev_chain
     index = first_index
+    # Entries with metadata are few (the first of each producer's request): one int comparison per
+    # entry finds them, and the plain entries keep the plain loop body.
+    k = 0
+    next_meta = first_index + marks[0] if marks else -1
     for body in bodies:
-        n = len(body)
-        size = HEADER_SIZE + n
         pos = first_pos + off
         add_pos(pos)
-        _pack_head(data, off, magic, size, index, term, pos, 0)
-        _pack_tail(data, off + CHAIN_SPAN, 0, _crc32(body), n)
-        chain = _crc32(mv[off + BODY_CRC_AT:off + HEADER_SIZE - 4], _crc32(mv[off:off + CHAIN_SPAN], chain))
-        _pack_chain(data, off + CHAIN_SPAN, chain)
-        mv[off + HEADER_SIZE:off + size] = body
+        if index == next_meta:
+            chain = encode_into(data, off, magic, index, term, pos, body, chain, metas[index - first_index])  # type: ignore[index]
+            size = HEADER_SIZE + META_SIZE + len(body)
+            k += 1
+            next_meta = first_index + marks[k] if k < len(marks) else -1
+        else:
+            n = len(body)
+            size = HEADER_SIZE + n
+            _pack_head(data, off, magic, size, index, term, pos, 0)
+            _pack_tail(data, off + CHAIN_SPAN, 0, _crc32(body), n)
+            chain = _crc32(mv[off + BODY_CRC_AT:off + HEADER_SIZE - 4], _crc32(mv[off:off + CHAIN_SPAN], chain))
+            _pack_chain(data, off + CHAIN_SPAN, chain)
+            mv[off + HEADER_SIZE:off + size] = body
         pack_unit(units, (index - first_index) * INDEX_UNIT_SIZE, magic, pos, size, index, term)
         off += size
         index += 1
@@ -182,28 +194,6 @@ def check_metas(metas: Mapping[int, bytes], count: int) -> None:
             raise InvalidArgumentError(f"entry metadata for offset {i} of a run of {count} entries")
         if len(meta) != META_SIZE:
             raise _bad_meta(meta)
-
-
-def _encode_run_metas(bodies: Sequence[bytes], magic: int, first_index: int, term: int, first_pos: int,
-                      prev_chain: int, positions: list[int],
-                      metas: Mapping[int, bytes]) -> tuple[bytearray, bytearray, int]:
-    """encode_run for a run where some entries carry metadata (a loop of its own: the plain one is hot)."""
-    check_metas(metas, len(bodies))
-    data = bytearray(sum(map(len, bodies)) + HEADER_SIZE * len(bodies) + META_SIZE * len(metas))
-    units = bytearray(INDEX_UNIT_SIZE * len(bodies))
-    pack_unit = INDEX_UNIT.pack_into
-    get_meta = metas.get
-    off = 0
-    chain = prev_chain
-    for i, body in enumerate(bodies):
-        meta = get_meta(i, b"")
-        pos = first_pos + off
-        positions.append(pos)
-        chain = encode_into(data, off, magic, first_index + i, term, pos, body, chain, meta)
-        size = HEADER_SIZE + len(meta) + len(body)
-        pack_unit(units, i * INDEX_UNIT_SIZE, magic, pos, size, first_index + i, term)
-        off += size
-    return data, units, chain
 
 
 def chain_of(buf: bytes | bytearray | memoryview, off: int, prev_chain: int) -> int:
