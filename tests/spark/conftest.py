@@ -1,5 +1,6 @@
-"""One SparkSession for the whole test session (local[2], quiet), and real local quorumlog clusters
-started as the server tests start them (`quorumlog serve` processes, stopped by pid)."""
+"""One SparkSession for the whole test session (local[2,4]: two threads, four attempts per task; quiet),
+and real local quorumlog clusters started as the server tests start them (`quorumlog serve` processes,
+stopped by pid)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def spark() -> Iterator[SparkSession]:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    session = (SparkSession.builder.master("local[2]").appName("quorumlog-tests")
+    session = (SparkSession.builder.master("local[2,4]").appName("quorumlog-tests")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.ui.enabled", "false")
                .config("spark.driver.memory", "1g")

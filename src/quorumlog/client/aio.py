@@ -358,9 +358,12 @@ class AsyncClient:
                 try:
                     return await self._leader_call(op, body, schema, uncertain_ok=True, deadline=deadline)
                 except SequenceError as e:
-                    # An earlier sequence is not in the log yet (it is being retried), or was given up: this
-                    # request was not written, so it may wait, or take a sequence of the current producer.
-                    if e.code != ResponseCode.OUT_OF_ORDER_SEQUENCE or loop.time() + delay > deadline:
+                    # An earlier sequence is not in the log yet (it is being retried, or overtook this one:
+                    # a leader that has not seen sequence 0 does not know the producer), or was given up:
+                    # this request was not written, so it may wait, or take a sequence of the current one.
+                    out_of_order = e.code == ResponseCode.OUT_OF_ORDER_SEQUENCE or (
+                        e.code == ResponseCode.UNKNOWN_PRODUCER and self._earlier_outstanding(producer, seq))
+                    if not out_of_order or loop.time() + delay > deadline:
                         self._retire(producer)
                         raise
                     self.retries += 1
@@ -388,12 +391,15 @@ class AsyncClient:
             self._outstanding[(producer, seq)] = None
             return producer, seq
 
+    def _earlier_outstanding(self, producer: int, seq: int) -> bool:
+        return any(p == producer and s < seq for p, s in self._outstanding)
+
     async def _earlier_answered(self, producer: int, seq: int, deadline: float) -> bool:
         """Wait until every earlier request of `producer` is answered, so a request refused as out of
         order goes again right after its predecessors and the pipeline is back in order at once (the
         earliest one outstanding is never out of order). False if that did not happen by `deadline`."""
         def settled() -> bool:
-            return not any(p == producer and s < seq for p, s in self._outstanding)
+            return not self._earlier_outstanding(producer, seq)
 
         if settled():
             return False  # it was refused all the same (a leader that has not caught up): back off

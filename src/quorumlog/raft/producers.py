@@ -14,8 +14,9 @@ committed or not. The leader judges each request against it:
 - a producer the table does not know may only start at sequence 0 (UNKNOWN otherwise: expired, or
   its history was lost).
 
-Memory is O(window) per producer, and producers idle for `idle_ms` (by the wall clock written in the
-log, so every member expires the same ones) are dropped: a retry after that long is not recognised.
+Memory is O(window) per producer (one of a few requests keeps those few, about 0.6 KB; a full window
+about 3.5 KB), and producers idle for `idle_ms` (by the wall clock written in the log, so every member
+expires the same ones) are dropped: a retry after that long is not recognised.
 
 A request is atomic: its entries commit together or not at all. The table keeps the index span of each
 request above the commit; the leader never ends a push inside one (followers then hold, acknowledge and
@@ -43,16 +44,21 @@ _SCAN_BYTES = 4 << 20
 
 
 class Producer:
-    """One producer's last sequence and a ring of its recent requests (first index and count)."""
+    """One producer's recent requests, oldest first: sequence `base` + i began at firsts[i] with counts[i]
+    entries. At most `window` are kept, and a producer that wrote a few requests keeps only those (a
+    Spark task is a producer of its own: most write a handful)."""
 
-    __slots__ = ("last_seq", "wall_ms", "seqs", "firsts", "counts")
+    __slots__ = ("base", "wall_ms", "firsts", "counts")
 
-    def __init__(self, window: int) -> None:
-        self.last_seq = -1
+    def __init__(self, base: int) -> None:
+        self.base = base
         self.wall_ms = 0
-        self.seqs = [-1] * window
-        self.firsts = [0] * window
-        self.counts = [0] * window
+        self.firsts: list[int] = []
+        self.counts: list[int] = []
+
+    @property
+    def last_seq(self) -> int:
+        return self.base + len(self.firsts) - 1
 
 
 class ProducerTable:
@@ -80,21 +86,21 @@ class ProducerTable:
             return NEW, -1, 0
         if seq > last:
             return GAP, -1, 0
-        slot = seq % self.window
-        if seq > last - self.window and p.seqs[slot] == seq:
-            return DUPLICATE, p.firsts[slot], p.counts[slot]
+        k = seq - p.base
+        if k >= 0:
+            return DUPLICATE, p.firsts[k], p.counts[k]
         return TOO_OLD, -1, 0
 
     def record(self, producer: int, seq: int, first_index: int, count: int, wall_ms: int) -> None:
         """A request entered the log at first_index.. (the log holds requests in sequence order)."""
         p = self.producers.get(producer)
-        if p is None:
-            p = self.producers[producer] = Producer(self.window)
-        slot = seq % self.window
-        p.seqs[slot] = seq
-        p.firsts[slot] = first_index
-        p.counts[slot] = count
-        p.last_seq = seq
+        if p is None or seq != p.last_seq + 1:  # new (or a log that skips sequences: start over there)
+            p = self.producers[producer] = Producer(seq)
+        p.firsts.append(first_index)
+        p.counts.append(count)
+        if len(p.firsts) > self.window:
+            del p.firsts[0], p.counts[0]
+            p.base += 1
         p.wall_ms = wall_ms
         if count > 1:
             self._firsts.append(first_index)
@@ -152,17 +158,12 @@ class ProducerTable:
         in order, so what remains of a producer is everything below its first forgotten request."""
         k = bisect_right(self._firsts, index)
         del self._firsts[k:], self._lasts[k:]
-        w = self.window
         for pid in list(self.producers):
             p = self.producers[pid]
-            cut = [p.seqs[i] for i in range(w) if p.seqs[i] >= 0 and p.firsts[i] > index]
-            if not cut:
+            if not p.firsts or p.firsts[-1] <= index:
                 continue
-            lowest = min(cut)
-            for i in range(w):
-                if p.seqs[i] >= lowest:
-                    p.seqs[i] = -1
-            p.last_seq = lowest - 1
+            k = bisect_right(p.firsts, index)  # requests before k stay; requests before `base` are older
+            del p.firsts[k:], p.counts[k:]
             if p.last_seq < 0:
                 del self.producers[pid]
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ..client import parse_endpoints
+from ..client.aio import PRODUCER_WINDOW
 from ..errors import QuorumLogError
 
 N = TypeVar("N", int, float)
@@ -176,12 +177,15 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
     o = _Options(raw)
     max_entries = o.integer("maxBatchEntries") or 2000
     max_bytes = o.integer("maxBatchBytes") or (4 << 20)
+    max_in_flight = o.integer("maxInFlight") or 4
+    if max_in_flight > PRODUCER_WINDOW:  # the leader recognises retries of that many requests per producer
+        raise OptionError("maxInFlight", f"at most {PRODUCER_WINDOW}, got {max_in_flight}")
     return SinkOptions(
         endpoints=_endpoints(o),
         group=o.text("group"),
         max_batch_entries=max_entries,
         max_batch_bytes=max_bytes,
-        max_in_flight=o.integer("maxInFlight") or 4,
+        max_in_flight=max_in_flight,
         cluster=o.text("cluster", "quorumlog") or "quorumlog",
         secret=o.text("secret"),
         request_timeout=o.seconds("requestTimeout", 10.0),
