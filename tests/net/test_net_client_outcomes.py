@@ -106,3 +106,44 @@ def test_idempotent_retries_carry_the_same_producer_and_sequence(first: str) -> 
     asyncio.run(bounded())
     assert [b for b, _p, _s in seen] == [b"one", b"one", b"two", b"two"]
     assert len({p for _b, p, _s in seen}) == 1 and [s for _b, _p, s in seen] == [0, 0, 1, 1]
+
+
+def test_a_request_that_overtook_sequence_0_waits_for_it_and_goes_again() -> None:
+    """A leader that has not seen a producer's sequence 0 answers a later one UNKNOWN_PRODUCER; while
+    sequence 0 is unanswered that only means it was overtaken (here its first copy was lost and is being
+    sent again), so the client sends the later one again after it."""
+    written: list[int] = []
+    attempts = [0]
+
+    async def main() -> None:
+        addr: list[str] = []
+
+        def node(conn: Connection, f: Frame) -> bytes | None:
+            if f.op == Op.METADATA:
+                return sc.METADATA_RESPONSE.encode(200, "g0", "s0", 1, {"s0": addr[0]})
+            r = sc.APPEND_PRODUCER_REQUEST.decode(f.body)
+            if r.seq == 0:
+                attempts[0] += 1
+                if attempts[0] == 1:  # the first copy is lost with a leader change: not written
+                    return encode_error(ResponseCode.TERM_CHANGED, "leader changed")
+                written.append(0)
+                return sc.APPEND_RESPONSE.encode(200, 0, 1, 0)
+            if 0 not in written:
+                return encode_error(ResponseCode.UNKNOWN_PRODUCER, "no sequence 0 yet")
+            written.append(r.seq)
+            return sc.APPEND_RESPONSE.encode(200, r.seq, 1, r.seq)
+
+        async with await serve(HOST, 0, node, cluster=CLUSTER, node_id="s0") as server:
+            addr.append(f"{HOST}:{server.port}")
+            async with AsyncClient(addr[0], cluster=CLUSTER, retry_timeout=10) as client:
+                await client.metadata()  # the leader is known: both requests leave at once, in order
+                results = await asyncio.gather(client.append(b"zero"), client.append(b"one"))
+                assert [r.index for r in results] == [0, 1]
+                assert client.producer_changes == 0
+
+    async def bounded() -> Any:
+        async with asyncio.timeout(30):
+            await main()
+
+    asyncio.run(bounded())
+    assert written == [0, 1]
