@@ -178,19 +178,26 @@ class ProducerTable:
         self.scan(store, store.begin_index, store.end_index)
 
     def scan(self, store: LogStore, first: int, last: int) -> None:
-        """Record the requests that begin in first..last, walking headers only."""
+        """Record the requests that begin in first..last, walking headers only, and jumping over the rest
+        of each multi-entry request (a request's entries carry no metadata after its first)."""
         unpack = HEADER.unpack_from
         index = first
+        want = 16  # entries per read: small after a jump (the next request may begin right there)
         while index <= last:
-            raw, n = store.read_raw(index, last - index + 1, _SCAN_BYTES)
+            raw, n = store.read_raw(index, min(want, last - index + 1), _SCAN_BYTES)
             if n == 0:
                 break
             off = 0
-            for _ in range(n):
+            end = index + n
+            want = min(want * 4, 1 << 16)
+            while index < end:
                 h = unpack(raw, off)
-                size = h[1]
-                if size - HEADER_SIZE - h[8] == META_SIZE:
-                    producer, seq, count, wall_ms = unpack_meta(raw[off + HEADER_SIZE:off + HEADER_SIZE + META_SIZE])
-                    self.record(producer, seq, index, count, wall_ms)
-                off += size
                 index += 1
+                if h[5] == META_SIZE:
+                    producer, seq, count, wall_ms = unpack_meta(raw[off + HEADER_SIZE:off + HEADER_SIZE + META_SIZE])
+                    self.record(producer, seq, index - 1, count, wall_ms)
+                    if count > 1:
+                        index += count - 1  # over the rest of the request, then read again from there
+                        want = 16
+                        break
+                off += h[1]
