@@ -182,3 +182,22 @@ def test_probe_answers_from_an_earlier_start_do_not_count() -> None:
     s.restart("n0")  # ...but n0 restarts before the answers arrive
     ready = s.nodes["n0"].step_batch(stale, 0)
     assert s.nodes["n0"].joining and not ready.changes
+
+
+def test_a_long_dead_member_is_not_waited_for_again_after_a_leader_change() -> None:
+    """Expiry waits for members heard from within the member timeout. What a node heard is kept across
+    terms and roles, so a new leader does not give a member dead for long another full timeout."""
+    s = Script(["n0", "n1", "n2"])
+    s.elect("n0")
+    dead = lambda m: "n2" in (m.sender, m.target)  # noqa: E731
+    timeout_ms = 1000
+    s.nodes["n0"].expiry_safe_index(s.clock["n0"], timeout_ms)  # the leader starts counting n2's silence
+    for k in range(5):
+        s.propose("n0", [b"%d" % k])
+        s.run(300, drop=dead)
+    assert s.nodes["n0"].expiry_safe_index(s.clock["n0"], timeout_ms) == s.stores["n0"].committed_index
+    s.transfer("n0", "n1")
+    s.settle(drop=dead)
+    assert s.leader() == "n1"
+    # n1 has not heard from n2 for longer than the timeout either: it expires up to its commit at once.
+    assert s.nodes["n1"].expiry_safe_index(s.clock["n1"], timeout_ms) == s.stores["n1"].committed_index > 0

@@ -42,8 +42,8 @@ class Elector:
 
     __slots__ = ("member", "store", "config", "rng", "stats", "peer_match", "election_timeout", "deadline",
                  "last_leader_contact", "pre_candidate", "votes", "next_heartbeat", "leader_since",
-                 "peer_seen", "transfer_target", "transfer_deadline", "transfer_request", "transfer_sent",
-                 "next_preferred_check", "jitter")
+                 "peer_seen", "heard", "started", "transfer_target", "transfer_deadline", "transfer_request",
+                 "transfer_sent", "next_preferred_check", "jitter")
 
     def __init__(self, member: MemberState, store: LogStore, config: RaftConfig, rng: random.Random,
                  stats: Counter[str], peer_match: Callable[[str], int]) -> None:
@@ -60,7 +60,9 @@ class Elector:
         self.votes: dict[str, bool] = {}
         self.next_heartbeat = 0
         self.leader_since = 0
-        self.peer_seen: dict[str, int] = {}
+        self.peer_seen: dict[str, int] = {}  # this leadership's check-quorum: since it began
+        self.heard: dict[str, int] = {}  # any message from a peer, whatever our role: kept across terms
+        self.started: int | None = None  # this node's first tick: a peer never heard is silent since then
         self.transfer_target: str | None = None
         self.transfer_deadline = 0
         self.transfer_request: int | None = None
@@ -81,6 +83,8 @@ class Elector:
         self.deadline = now + self.election_timeout + self.jitter
 
     def tick(self, now: int, out: Ready, can_lead: bool) -> Outcome | None:
+        if self.started is None:
+            self.started = now
         m = self.member
         if m.role == Role.LEADER:
             return self._tick_leader(now, out)
@@ -216,6 +220,10 @@ class Elector:
         self.next_heartbeat = now
         self.peer_seen = {p: now for p in self.member.others}
         self.next_preferred_check = now + self.election_timeout
+
+    def last_heard(self, peer: str, now: int) -> int:
+        """When a message from `peer` last arrived, in any role and term (since this node started)."""
+        return self.heard.get(peer, now if self.started is None else self.started)
 
     def on_peer_seen(self, peer: str, now: int) -> None:
         if peer in self.peer_seen:

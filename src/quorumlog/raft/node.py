@@ -138,7 +138,7 @@ class RaftNode:
         they return, so a long-dead member does not fill the disk)."""
         if self.leader is None or self.member.role != Role.LEADER:
             return self.store.committed_index
-        return self.leader.expiry_safe_index(self.elector.peer_seen, now_ms, member_timeout_ms)
+        return self.leader.expiry_safe_index(self.elector.last_heard, now_ms, member_timeout_ms)
 
     def peer_match(self, peer: str) -> int:
         return self.leader.peer_match(peer) if self.leader is not None else -1
@@ -333,6 +333,7 @@ class RaftNode:
                 code = ResponseCode.UNKNOWN_GROUP if msg.group != self.group else ResponseCode.UNKNOWN_MEMBER
                 self._reject(msg, int(code), out)
             return
+        self.elector.heard[msg.sender] = now  # across terms and roles: whom expiry still waits for
         cls = type(msg)  # exact types, most frequent first: this runs for every message
         if cls is PushRequest or cls is HeartbeatRequest or cls is TimeoutNow:
             if self.joiner is not None:

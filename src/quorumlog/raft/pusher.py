@@ -14,7 +14,7 @@ majority reaches, but only if that entry has the current term (Raft §5.4.2, the
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..config import RaftConfig
 from ..errors import ResponseCode
@@ -124,11 +124,11 @@ class Leader:
         """Leadership lost: every wait of this term ends with TERM_CHANGED (its entries may still commit)."""
         self.appends.step_down(leader_id, out)
 
-    def expiry_safe_index(self, peer_seen: dict[str, int], now: int, member_timeout_ms: int) -> int:
+    def expiry_safe_index(self, last_heard: Callable[[str, int], int], now: int, member_timeout_ms: int) -> int:
         """The commit index, but no more than what every member heard from within the timeout holds."""
         safe = self.store.committed_index
         for d in self.peers:
-            if now - peer_seen.get(d.peer, now) < member_timeout_ms:
+            if now - last_heard(d.peer, now) < member_timeout_ms:
                 safe = min(safe, d.match)
         return safe
 
