@@ -103,6 +103,15 @@ def test_hostile_bytes_close_only_that_connection(cluster_factory: Any) -> None:
         s.sendall(encode_frame(REQUEST, 99, 2, msgpack.packb(["g0"])))
         reason = _goodbye_reason(_recv_all(s))
         assert reason is not None and "unknown operation" in reason[1]
+    # APPENDs whose producer fields are out of range or of the wrong type: refused, nothing written.
+    for fields in ([-1, 0, -2], [1 << 63, 0, -2], [7, -1, -2], [0, 3, -2], [7, 0, -3], ["7", 0, -2], [7, 0]):
+        with socket.create_connection(addr) as s:
+            _hello(s)
+            s.sendall(encode_frame(REQUEST, Op.APPEND, 2, msgpack.packb(["g0", b"bad", *fields])))
+            reason = _goodbye_reason(_recv_all(s))
+            assert reason is not None and "AppendRequest" in reason[1], (fields, reason)
+    with Client(cluster.endpoints, group="g0") as c:
+        assert all(e.body != b"bad" for e in c.read(0, 100))
     _still_serving(cluster.endpoints)
 
 
