@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from quorumlog.client import AsyncClient
-from quorumlog.errors import QuorumLogError
+from quorumlog.errors import QuorumLogError, SequenceError
+from quorumlog.net.ops import Op as WireOp
 
 from .conftest import committed_entries, node_index, statuses, wait_leader
 
@@ -149,3 +150,42 @@ def test_idempotent_clients_write_everything_exactly_once_through_leader_faults(
             print(f"history: {len(ops)} appends, {summary}, faults: {faults}")
 
     asyncio.run(main())
+
+
+def test_conditional_append_duplicates_and_their_counters_over_the_wire(cluster_factory: Any) -> None:
+    """A conditional append names the actual last entry when it does not match; a retried sequence is
+    answered with its original entries; status and /metrics count producers, duplicates and refusals."""
+    import urllib.request
+
+    from quorumlog.client import Client
+    from quorumlog.errors import ExpectedEndMismatchError
+    from quorumlog.net.schemas import APPEND_PRODUCER_REQUEST, APPEND_RESPONSE
+
+    cluster = cluster_factory(nodes=1)
+    with Client(cluster.endpoints, retry_timeout=20) as c:
+        first = c.append(b"first", expected_end=-1)
+        with pytest.raises(ExpectedEndMismatchError) as refused:
+            c.append(b"stale", expected_end=-1)
+        assert refused.value.actual_end == first.index
+        second = c.append_many([b"second", b"third"], expected_end=first.index)
+        assert [r.index for r in second] == [first.index + 1, first.index + 2]
+
+    async def raw() -> None:
+        async with AsyncClient(cluster.endpoints) as ac:
+            body = APPEND_PRODUCER_REQUEST.encode("g0", b"once", 42, 0, -2)
+            a = await ac._leader_call(WireOp.APPEND, body, APPEND_RESPONSE, uncertain_ok=True)
+            b = await ac._leader_call(WireOp.APPEND, body, APPEND_RESPONSE, uncertain_ok=True)  # a retry
+            assert (a.index, a.term, a.pos) == (b.index, b.term, b.pos)
+            gap = APPEND_PRODUCER_REQUEST.encode("g0", b"gap", 42, 5, -2)
+            with pytest.raises(SequenceError, match="OUT_OF_ORDER_SEQUENCE"):
+                await ac._leader_call(WireOp.APPEND, gap, APPEND_RESPONSE, uncertain_ok=True)
+            st = await ac.node_status(cluster.nodes[0].address)
+            assert st["groups"]["g0"]["producers"] >= 2
+
+    asyncio.run(raw())
+    with Client(cluster.endpoints) as c:
+        bodies = [e.body for e in c.read(0, 100)]
+    assert bodies.count(b"once") == 1 and b"stale" not in bodies and b"gap" not in bodies
+    metrics = urllib.request.urlopen(cluster.nodes[0].admin_url + "/metrics", timeout=5).read().decode()
+    assert 'quorumlog_deduplicated_appends_total{group="g0",node="n0"} 1' in metrics, metrics
+    assert 'quorumlog_rejected_sequences_total{group="g0",node="n0",reason="out_of_order_sequence"} 1' in metrics
