@@ -129,7 +129,7 @@ def test_a_request_that_overtook_sequence_0_waits_for_it_and_goes_again() -> Non
         await client.metadata()  # the leader is known: both requests leave at once, in order
         results = await asyncio.gather(client.append(b"zero"), client.append(b"one"))
         assert [r.index for r in results] == [0, 1]
-        assert client.producer_changes == 0
+        assert client.producer.changes == 0
 
     _with_node(answer, use)
     assert written == [0, 1]

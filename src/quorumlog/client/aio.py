@@ -47,14 +47,9 @@ from ..net.schemas import (
     TAIL_RESPONSE,
     UNTAIL_REQUEST,
 )
+from .producer import PRODUCER_WINDOW, Producer
 
 T = TypeVar("T")
-PRODUCER_WINDOW = 64  # the leader's default producer_window: appends one client keeps in flight
-
-
-def _new_producer_id(rng: random.Random) -> int:
-    """A random 63-bit id: two clients picking the same one is as unlikely as a UUID collision."""
-    return rng.getrandbits(63) or 1
 
 # Codes after which the same request may simply go again (to the leader, once known).
 _RETRY = frozenset({ResponseCode.NOT_LEADER, ResponseCode.LEADER_TRANSFERRING, ResponseCode.LEADER_PENDING_FULL,
@@ -141,21 +136,10 @@ class AsyncClient:
         self._rng = random.Random()
         self._closed = False
         self.retries = 0  # requests sent again after a redirect, error or lost connection
-        # The idempotent producer: every append carries (producer id, sequence), so a retry is recognised
-        # and answered with the original entries. At most max_in_flight appends are out at once (the
-        # leader remembers that many per producer); a request that ends without success retires the
-        # producer id, so later ones never wait for a sequence that may be missing.
+        # The idempotent producer (producer.py): every append carries (producer id, sequence), so a retry
+        # is recognised and answered with the original entries.
         self.idempotent = idempotent
-        self._own_producer = producer_id is not None  # the caller numbers and owns it: never retired
-        self.producer_id = producer_id if producer_id is not None else _new_producer_id(self._rng)
-        if not 0 < self.producer_id < 1 << 63:
-            raise ValueError("producer_id must be in 1..2^63-1")
-        self._next_seq = 0
-        self._max_in_flight = max_in_flight
-        self._outstanding: dict[tuple[int, int], None] = {}  # (producer, seq) not yet answered, in order
-        self._window = asyncio.Condition()
-        self._reordering: set[int] = set()  # sequences refused as out of order, waiting to go again
-        self.producer_changes = 0
+        self.producer = Producer(producer_id, max_in_flight, self._rng)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -349,7 +333,8 @@ class AsyncClient:
             return await self._leader_call(op, plain, schema, uncertain_ok=self.retry_uncertain)
         layout = APPEND_PRODUCER_REQUEST if single else APPEND_BATCH_PRODUCER_REQUEST
         loop = asyncio.get_running_loop()
-        producer, seq = await self._take_sequence()
+        ids = self.producer
+        producer, seq = await ids.take()
         try:
             deadline = loop.time() + self.retry_timeout
             delay = 0.01
@@ -360,81 +345,26 @@ class AsyncClient:
                 except SequenceError as e:
                     # An earlier sequence is not in the log yet (it is being retried, or overtook this one:
                     # a leader that has not seen sequence 0 does not know the producer), or was given up:
-                    # this request was not written, so it may wait, or take a sequence of the current one.
+                    # this request was not written, so it may wait, or take a sequence of the current id.
                     out_of_order = e.code == ResponseCode.OUT_OF_ORDER_SEQUENCE or (
-                        e.code == ResponseCode.UNKNOWN_PRODUCER and self._earlier_outstanding(producer, seq))
+                        e.code == ResponseCode.UNKNOWN_PRODUCER and ids.earlier_outstanding(producer, seq))
                     if not out_of_order or loop.time() + delay > deadline:
-                        self._retire(producer)
+                        ids.retire(producer)
                         raise
                     self.retries += 1
-                    if producer != self.producer_id:
-                        await self._release_sequence(producer, seq)
-                        producer, seq = await self._take_sequence()
+                    if producer != ids.id:
+                        await ids.release(producer, seq)
+                        producer, seq = await ids.take()
                         continue
-                    self._reordering.add(seq)  # no new request goes out until the pipeline is in order
-                    if not await self._earlier_answered(producer, seq, deadline):
+                    ids.hold(producer, seq)
+                    if not await ids.earlier_answered(producer, seq, deadline):
                         await asyncio.sleep(delay * (0.5 + self._rng.random()))
                         delay = min(delay * 2, 0.2)
                 except BaseException:
-                    self._retire(producer)
+                    ids.retire(producer)
                     raise
         finally:
-            self._reordering.discard(seq)
-            await self._release_sequence(producer, seq)
-
-    async def _take_sequence(self) -> tuple[int, int]:
-        """The next (producer, sequence), once it is within max_in_flight of the oldest one not yet
-        answered: the leader remembers that many per producer, so a slow retry is always recognised."""
-        async with self._window:
-            await self._window.wait_for(self._window_open)
-            producer, seq = self._sequence()
-            self._outstanding[(producer, seq)] = None
-            return producer, seq
-
-    def _earlier_outstanding(self, producer: int, seq: int) -> bool:
-        return any(p == producer and s < seq for p, s in self._outstanding)
-
-    async def _earlier_answered(self, producer: int, seq: int, deadline: float) -> bool:
-        """Wait until every earlier request of `producer` is answered, so a request refused as out of
-        order goes again right after its predecessors and the pipeline is back in order at once (the
-        earliest one outstanding is never out of order). False if that did not happen by `deadline`."""
-        def settled() -> bool:
-            return not self._earlier_outstanding(producer, seq)
-
-        if settled():
-            return False  # it was refused all the same (a leader that has not caught up): back off
-        try:
-            async with self._window:
-                await asyncio.wait_for(self._window.wait_for(settled),
-                                       max(0.0, deadline - asyncio.get_running_loop().time()))
-            return True
-        except TimeoutError:
-            return False
-
-    async def _release_sequence(self, producer: int, seq: int) -> None:
-        if self._outstanding.pop((producer, seq), 0) is None:
-            async with self._window:
-                self._window.notify_all()
-
-    def _window_open(self) -> bool:
-        current = self.producer_id
-        oldest = next((s for p, s in self._outstanding if p == current), None)
-        return oldest is None or (self._next_seq - oldest < self._max_in_flight and not self._reordering)
-
-    def _sequence(self) -> tuple[int, int]:
-        seq = self._next_seq
-        self._next_seq += 1
-        return self.producer_id, seq
-
-    def _retire(self, producer: int) -> None:
-        """A request of `producer` ended without success: its sequence may be missing from the log, and
-        the leader would hold every later one back. Continue under a new producer id (unless the caller
-        chose the id: then the caller, e.g. a Spark task that Spark retries, starts over itself)."""
-        if producer == self.producer_id and not self._own_producer:
-            self.producer_id = _new_producer_id(self._rng)
-            self._next_seq = 0
-            self._reordering.clear()  # those sequences belong to the old id: they no longer hold anyone back
-            self.producer_changes += 1
+            await ids.release(producer, seq)
 
     # -- reads -------------------------------------------------------------------------------------
     async def _any_call(self, op: Op, body: bytes, schema: Schema, prefer_leader: bool = True) -> Any:

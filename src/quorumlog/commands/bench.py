@@ -104,12 +104,12 @@ async def _throughput(args: argparse.Namespace, progress: Any) -> dict[str, Any]
         if not args.idempotent:
             await c._leader_call(op, body, schema, uncertain_ok=True)
             return
-        producer, seq = await c._take_sequence()
+        producer, seq = await c.producer.take()
         try:
             request = b"".join((head, fields, msgpack.packb(producer), msgpack.packb(seq), msgpack.packb(-2)))
             await c._leader_call(op, request, schema, uncertain_ok=True)
         finally:
-            await c._release_sequence(producer, seq)
+            await c.producer.release(producer, seq)
 
     for c in clients:  # connect and find the leader before the clock starts
         await send(c)
