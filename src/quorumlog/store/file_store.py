@@ -34,14 +34,13 @@ from ..errors import (
     CorruptEntryError,
     DiskError,
     DiskFullError,
-    IndexOutOfRangeError,
     InvalidArgumentError,
     StoreError,
 )
-from .base import Appended, Damage, appended_metas, check_bodies, check_reset, expiry_point, place, verify_run
+from .base import Appended, Damage, appended_metas, check_bodies, place, verify_run
 from .checkpoint import Checkpoint, StableState, check_token, read_checkpoint, write_checkpoint
 from .dirlock import DirLock
-from .file_reads import FileReads
+from .file_cuts import FileCuts
 from .reader import RecentBatches
 from .recovery import Scan, judge, scan
 from .segments import SegmentList
@@ -64,7 +63,7 @@ def store_dir(data_dir: str | os.PathLike[str], group: str, node_id: str) -> str
     return os.path.join(os.fspath(data_dir), group, node_id)
 
 
-class FileStore(FileReads):
+class FileStore(FileCuts):
     """A LogStore on disk. Open it with FileStore(directory, config); recovery runs on open.
 
     Opening takes the directory's lock (StoreLockedError when another open store holds it) and checks
@@ -367,96 +366,6 @@ class FileStore(FileReads):
     def set_committed(self, index: int) -> None:
         self._committed = max(self._committed, min(index, self._end))
 
-    def truncate_after(self, index: int) -> None:
-        self._check_writable()
-        if index >= self._end:
-            return
-        if index < self._committed:
-            raise StoreError(f"refusing to truncate after {index}: entries up to {self._committed} are committed")
-        if index < self._begin - 1:
-            raise IndexOutOfRangeError(f"cannot truncate after {index}: log begins at {self._begin}")
-        if index < self._cp_end:
-            # Only the durable end changes: the truncated entries were never committed.
-            self._checkpoint(min(self._flushed, index), self._cp_committed)
-        self._cut(index)
-
-    def _cut(self, keep: int) -> None:
-        """Drop every entry after `keep`; the caller has made the checkpoint stop naming them as
-        durable, so that a crash part way cannot make recovery take the cut for lost entries."""
-        if keep >= self._begin:
-            _m, pos, size, _i, term = self._unit(keep)
-            new_wp, chain = pos + size, self._chain_at(pos)
-        else:
-            new_wp, term, chain = self._begin_pos, self._begin_term, self._begin_chain
-        try:
-            old_wp = self._write_pos
-            if self.data.find(old_wp) is self.data.find(new_wp):
-                self.data.zero(new_wp, old_wp)
-            else:
-                self.data.zero(new_wp, new_wp - new_wp % self._seg + self._seg)
-                self.data.drop_after(new_wp)
-            # Index units past the end are never read (reads stop at end_index) and are
-            # overwritten by the next appends, so only whole later segments go.
-            self.index.drop_after(max((keep + 1) * INDEX_UNIT_SIZE, self.index.start))
-        except OSError as e:
-            self._fail(e)
-        self._recent.clear()
-        with self._state_lock:
-            self._epoch += 1
-            self._end = keep
-            self._end_term = term
-            self._chain = chain
-            self._write_pos = new_wp
-            self._flushed = min(self._flushed, keep)
-        self._committed = min(self._committed, keep)
-
-    def mark_damaged(self, index: int, reason: str) -> None:
-        self._check_writable()
-        if index > self._end:
-            raise IndexOutOfRangeError(f"cannot mark entry {index} damaged: the log ends at {self._end}")
-        keep = self._last_sound(max(index, self._begin) - 1)
-        # The node may have acknowledged everything up to its end: all of it is owed until re-fetched.
-        self._end_floor = max(self._end, self._end_floor)
-        self._committed_floor = max(self._committed, self._committed_floor)
-        self._damage = Damage(keep + 1, self._end_floor, reason)
-        self._checkpoint(min(self._flushed, keep))  # persists the debt
-        self._cut(keep)
-
-    def _last_sound(self, index: int) -> int:
-        """The highest index <= `index` whose entry (and chain to its predecessor) reads back intact;
-        begin_index - 1 if none: the cut must not leave a corrupt entry at the end."""
-        while index >= self._begin:
-            try:
-                self.read(index, 1, 0)
-                return index
-            except CorruptEntryError:
-                index -= 1
-        return self._begin - 1
-
-    def reset(self, begin_index: int, begin_pos: int, begin_chain: int, begin_term: int) -> None:
-        self._check_writable()
-        check_reset(begin_index, begin_pos, begin_chain, begin_term, self._committed, self._seg)
-        self._before_entries()
-        self._recent.clear()
-        with self._state_lock:
-            self._epoch += 1
-            self._begin, self._begin_pos, self._begin_chain, self._begin_term = (
-                begin_index, begin_pos, begin_chain, begin_term)
-            self._end, self._end_term, self._chain = begin_index - 1, begin_term, begin_chain
-            self._write_pos = begin_pos
-            self._committed = self._flushed = begin_index - 1
-            self._damage = None
-            self._committed_floor = self._end_floor = -1
-        # The checkpoint names the new, empty log before any file goes, so a crash from here on reopens
-        # at begin_index. The segments go last first (no hole); bytes a crash leaves at begin_pos are
-        # kept only if they chain to begin_chain (the same log), else cut as a torn tail.
-        self._checkpoint(self._flushed)
-        try:
-            self.data.clear()
-            self.index.clear()
-        except OSError as e:
-            self._fail(e)
-
     def flush(self) -> int:
         self._check_writable()
         # flush() may run in a worker thread while the owner appends or truncates. Capture the end
@@ -527,41 +436,6 @@ class FileStore(FileReads):
             self._stable.save(state)
         except OSError as e:
             self._fail(e)
-
-    def expire(self, safe_index: int, now_s: float) -> int:
-        """Remove whole data segments (never the one being written) whose entries are all committed
-        and <= safe_index, when last written file_reserved_hours before now_s or while disk use is at
-        or past disk_clean_ratio. Returns how many entries were removed."""
-        self._check_writable()
-        paths = {seg.start: seg.path for seg in self.data.segments}
-        point = expiry_point(list(paths), self._first_index_in, lambda start: now_s - self.files.mtime(paths[start]),
-                             min(safe_index, self._committed, self._flushed),  # never unsynced entries
-                             self.config.file_reserved_hours * 3600,
-                             self._disk_usage(self.dir) >= self.config.disk_clean_ratio)
-        if point is None:
-            return 0
-        new_begin, new_pos = point
-        removed = new_begin - self._begin  # 0 when the first segment held only a blank record
-        if removed:
-            _m, ppos, _s, _i, pterm = self._unit(new_begin - 1)  # read before its segment goes
-            self._begin_chain, self._begin_term = self._chain_at(ppos), pterm
-        self._begin, self._begin_pos = new_begin, new_pos
-        self._recent.drop_before(new_begin)
-        # The checkpoint names the new begin before any file goes, so a crash in between is harmless.
-        self.checkpoint()
-        try:
-            self.data.drop_before(new_pos)
-            self.index.drop_before(new_begin * INDEX_UNIT_SIZE)
-        except OSError as e:
-            self._fail(e)
-        return removed
-
-    def _first_index_in(self, seg_start: int) -> int | None:
-        head = self.data.view(seg_start, HEADER_SIZE)
-        magic = int.from_bytes(head[0:4], "big", signed=True)
-        if magic in (0, MAGIC_BLANK):
-            return None
-        return int.from_bytes(head[8:16], "big")
 
     def close(self) -> None:
         if self._closed:
