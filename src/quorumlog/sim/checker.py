@@ -193,8 +193,7 @@ class Checker:
 
     def _check_producer(self, e: bytes, index: int) -> None:
         """The idempotent producer's invariant: no (producer, sequence) twice in the committed log."""
-        size, body_size = _HEAD.unpack_from(e, 0)[1], HEADER.unpack_from(e, 0)[8]
-        if size - HEADER_SIZE - body_size != META_SIZE:
+        if HEADER.unpack_from(e, 0)[5] != META_SIZE:  # channel: the metadata run's length
             return
         producer, seq, _count, _wall = unpack_meta(e[HEADER_SIZE:HEADER_SIZE + META_SIZE])
         first = self.producer_seqs.setdefault((producer, seq), index)

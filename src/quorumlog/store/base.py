@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NoReturn, Protocol
 
 from ..entry import (
@@ -25,13 +25,11 @@ from ..errors import CorruptEntryError, InvalidArgumentError, StoreError
 
 @dataclass(frozen=True, slots=True)
 class Appended:
-    """Where a leader append put its entries: indexes first_index.., positions in `positions`, and
-    (index, metadata run) of those that carry producer metadata, in index order."""
+    """Where a leader append put its entries: indexes first_index.., positions in `positions`."""
 
     first_index: int
     term: int
     positions: list[int]
-    metas: list[tuple[int, bytes]] = field(default_factory=list)
 
     @property
     def last_index(self) -> int:
@@ -291,11 +289,6 @@ def check_bodies(bodies: Sequence[bytes], max_body: int) -> None:
     if bodies and max(map(len, bodies)) > max_body:
         size = max(map(len, bodies))
         raise InvalidArgumentError(f"entry body of {size} bytes exceeds the maximum of {max_body}")
-
-
-def appended_metas(first_index: int, metas: Mapping[int, bytes] | None) -> list[tuple[int, bytes]]:
-    """Appended.metas of a leader append of entries first_index.. with `metas` (offset -> run)."""
-    return [(first_index + i, metas[i]) for i in sorted(metas)] if metas else []
 
 
 Run = list[tuple[int, int, int, int, int, int]]  # (offset, pos, size, index, term, magic) of each entry

@@ -37,7 +37,7 @@ from ..errors import (
     InvalidArgumentError,
     StoreError,
 )
-from .base import Appended, Damage, appended_metas, check_bodies, place, verify_run
+from .base import Appended, Damage, check_bodies, place, verify_run
 from .checkpoint import Checkpoint, StableState, check_token, read_checkpoint, write_checkpoint
 from .dirlock import DirLock
 from .file_cuts import FileCuts
@@ -274,7 +274,7 @@ class FileStore(FileCuts):
         except OSError as e:
             self._fail(e)
         self._heal()
-        return Appended(first, term, positions, appended_metas(first, metas))
+        return Appended(first, term, positions)
 
     def _before_entries(self) -> None:
         """`currterm` exists before the first entry does, so that entries without it mean it was lost."""

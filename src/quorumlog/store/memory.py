@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ..config import StoreConfig
 from ..entry import HEADER_SIZE, MAGIC_NORMAL, Entry, check_entry, check_metas, encode_entry, entry_at
 from ..errors import CorruptEntryError, IndexOutOfRangeError, InvalidArgumentError, StoreError
-from .base import Appended, Damage, appended_metas, check_bodies, check_reset, expiry_point, place, verify_run
+from .base import Appended, Damage, check_bodies, check_reset, expiry_point, place, verify_run
 from .checkpoint import check_token
 
 
@@ -109,25 +109,17 @@ class MemoryStore:
         chain = self._chains[-1] if self._chains else self._begin_chain
         positions = []
         wp = self._write_pos
-        if metas:
-            for i, body in enumerate(bodies):
-                meta = metas.get(i, b"")
-                size = HEADER_SIZE + len(meta) + len(body)
-                pos = place(wp, size, self._seg)
-                raw, chain = encode_entry(magic, first + i, term, pos, body, chain, meta)
-                self._add(raw, term, chain, wp, pos)
-                positions.append(pos)
-                wp = pos + size
-        else:  # the hot path: no per-entry work for metadata
-            for i, body in enumerate(bodies):
-                size = HEADER_SIZE + len(body)
-                pos = place(wp, size, self._seg)
-                raw, chain = encode_entry(magic, first + i, term, pos, body, chain)
-                self._add(raw, term, chain, wp, pos)
-                positions.append(pos)
-                wp = pos + size
+        get_meta = metas.get if metas else None
+        for i, body in enumerate(bodies):
+            meta = get_meta(i, b"") if get_meta is not None else b""
+            size = HEADER_SIZE + len(meta) + len(body)
+            pos = place(wp, size, self._seg)
+            raw, chain = encode_entry(magic, first + i, term, pos, body, chain, meta)
+            self._add(raw, term, chain, wp, pos)
+            positions.append(pos)
+            wp = pos + size
         self._heal()
-        return Appended(first, term, positions, appended_metas(first, metas))
+        return Appended(first, term, positions)
 
     def append_encoded(self, data: bytes | bytearray | memoryview) -> int:
         return self.append_encoded_metas(data)[0]
