@@ -98,6 +98,44 @@ class RaftConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class HaConfig:
+    """A primary/backup group's settings (DESIGN §4, docs/replication.md); the TOML keys of [[group]]."""
+
+    replication: Literal["raft", "primary-backup"] = "raft"
+    ack: Literal["sync", "async"] = "sync"
+    primary: str | None = None  # the first primary (epoch 1)
+    min_in_sync: int = 1  # backups that must be in sync (and ack) for a SYNC append to succeed
+    max_in_sync_lag: int = 16 * MiB  # bytes a backup may be behind and stay in the in-sync set
+    ha_transfer_batch_bytes: int = 1 * MiB
+    ha_heartbeat_interval_ms: int = 1000
+    ha_ack_timeout_ms: int = 3000  # a backup silent this long leaves the in-sync set
+    controller: str | None = None  # the Raft group that holds epochs and in-sync sets
+    auto_failover: bool | None = None  # default: true when a controller is configured
+    failover_timeout_ms: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.replication not in ("raft", "primary-backup"):
+            raise ConfigError(f"replication must be 'raft' or 'primary-backup', not {self.replication!r}")
+        if self.ack not in ("sync", "async"):
+            raise ConfigError(f"ack must be 'sync' or 'async', not {self.ack!r}")
+        if self.min_in_sync < 0 or self.max_in_sync_lag < 0:
+            raise ConfigError("min_in_sync and max_in_sync_lag must not be negative")
+        for name in ("ha_transfer_batch_bytes", "ha_heartbeat_interval_ms", "ha_ack_timeout_ms",
+                     "failover_timeout_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive")
+
+    @property
+    def primary_backup(self) -> bool:
+        return self.replication == "primary-backup"
+
+    @property
+    def failover(self) -> bool:
+        """Does the controller promote a backup by itself when the primary is gone?"""
+        return self.controller is not None and self.auto_failover is not False
+
+
+@dataclass(frozen=True, slots=True)
 class GroupConfig:
     """One replication group hosted by a node: its name, members and settings."""
 
@@ -105,6 +143,7 @@ class GroupConfig:
     peers: dict[str, str]  # node id -> "host:port"
     raft: RaftConfig = field(default_factory=RaftConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    ha: HaConfig = field(default_factory=HaConfig)
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or self.name.startswith("."):
@@ -115,6 +154,17 @@ class GroupConfig:
             if not _NODE_ID.fullmatch(pid):
                 raise ConfigError(f"invalid node id {pid!r} in group {self.name!r}: use letters, digits, '.', '_' "
                                   "and '-'")
+        ha = self.ha
+        if ha.primary_backup:
+            if ha.primary is None or ha.primary not in self.peers:
+                raise ConfigError(f"group {self.name!r}: a primary-backup group needs primary = one of its peers")
+            if ha.min_in_sync > len(self.peers) - 1:
+                raise ConfigError(f"group {self.name!r}: min_in_sync {ha.min_in_sync} exceeds its "
+                                  f"{len(self.peers) - 1} backups")
+            if ha.controller == self.name:
+                raise ConfigError(f"group {self.name!r} cannot be its own controller")
+        elif ha.controller is not None or ha.primary is not None:
+            raise ConfigError(f"group {self.name!r}: primary and controller apply to primary-backup groups only")
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,9 +183,17 @@ class NodeConfig:
     def __post_init__(self) -> None:
         if not self.node_id:
             raise ConfigError("node id is empty")
+        by_name = {g.name: g for g in self.groups}
         for g in self.groups:
             if self.node_id not in g.peers:
                 raise ConfigError(f"node {self.node_id!r} is not a peer of group {g.name!r}")
+            c = g.ha.controller
+            if c is not None:
+                ctl = by_name.get(c)
+                if ctl is None or ctl.ha.primary_backup:
+                    raise ConfigError(f"group {g.name!r}: its controller {c!r} must be a Raft group this node hosts")
+                if not set(g.peers) <= set(ctl.peers):
+                    raise ConfigError(f"group {g.name!r}: every member must also be a member of its controller {c!r}")
 
 
 def _sub(cls: type, values: dict[str, Any], where: str) -> Any:
@@ -176,10 +234,13 @@ def load_node_config(path: str | Path) -> NodeConfig:
     for g in doc.pop("group", []):
         raft = _sub(RaftConfig, {**raft_defaults, **g.pop("raft", {})}, "[raft]")
         store = _sub(StoreConfig, {**store_defaults, **g.pop("store", {})}, "[store]")
+        ha_keys = {f.name for f in dataclasses.fields(HaConfig)}
+        ha = _sub(HaConfig, {k: g.pop(k) for k in list(g) if k in ha_keys}, "[[group]]")
         peers = g.pop("peers", None)
         if isinstance(peers, str):
             peers = parse_peers(peers)
-        groups.append(_sub(GroupConfig, {**g, "peers": peers or {}, "raft": raft, "store": store}, "[[group]]"))
+        groups.append(_sub(GroupConfig, {**g, "peers": peers or {}, "raft": raft, "store": store, "ha": ha},
+                           "[[group]]"))
     if "id" in doc:
         doc["node_id"] = doc.pop("id")
     doc["data_dir"] = Path(doc.get("data_dir", "data"))

@@ -179,7 +179,8 @@ class LeaderUnavailableError(RequestError):
 
 
 class AppendUncertainError(RequestError):
-    """The append may or may not have been committed (TERM_CHANGED, WAIT_QUORUM_ACK_TIMEOUT, connection
+    """The append may or may not have been committed (TERM_CHANGED, WAIT_QUORUM_ACK_TIMEOUT,
+    FLUSH_SLAVE_TIMEOUT, connection
     lost after sending) and the retry deadline passed; retrying it may write it twice."""
 
 
@@ -197,6 +198,16 @@ class ExpectedEndMismatchError(RequestError):
                  actual_end: int = -1) -> None:
         super().__init__(message, code, leader)
         self.actual_end = actual_end
+
+
+class BackupUnavailableError(RequestError):
+    """A SYNC primary/backup group has fewer than min_in_sync backups in sync (SLAVE_NOT_AVAILABLE): the
+    append was refused and nothing was written."""
+
+
+class PromoteError(RequestError):
+    """A promotion was refused: the target is behind another backup, the epoch is stale, or the target
+    cannot be reached."""
 
 
 class SequenceError(RequestError):
@@ -221,6 +232,8 @@ _BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
     ResponseCode.OUT_OF_ORDER_SEQUENCE: SequenceError,
     ResponseCode.UNKNOWN_PRODUCER: SequenceError,
     ResponseCode.SEQUENCE_TOO_OLD: SequenceError,
+    ResponseCode.SLAVE_NOT_AVAILABLE: BackupUnavailableError,
+    ResponseCode.EXPIRED_TERM: PromoteError,
 }
 
 

@@ -15,6 +15,7 @@ from ..errors import (
     AppendUncertainError,
     LeaderUnavailableError,
     NotLeaderError,
+    PromoteError,
     QuorumLogError,
     ResponseCode,
     SequenceError,
@@ -38,6 +39,8 @@ from ..net.schemas import (
     LEADERSHIP_TRANSFER_RESPONSE,
     METADATA_REQUEST,
     METADATA_RESPONSE,
+    PROMOTE_REQUEST,
+    PROMOTE_RESPONSE,
     READ_REQUEST,
     READ_RESPONSE,
     STATUS_REQUEST,
@@ -53,9 +56,11 @@ T = TypeVar("T")
 
 # Codes after which the same request may simply go again (to the leader, once known).
 _RETRY = frozenset({ResponseCode.NOT_LEADER, ResponseCode.LEADER_TRANSFERRING, ResponseCode.LEADER_PENDING_FULL,
-                    ResponseCode.LEADER_NOT_READY, ResponseCode.TIMEOUT, ResponseCode.NETWORK_ERROR})
+                    ResponseCode.LEADER_NOT_READY, ResponseCode.TIMEOUT, ResponseCode.NETWORK_ERROR,
+                    ResponseCode.SLAVE_NOT_AVAILABLE})
 # Codes after which an append's fate is open: it may have been committed anyway.
-_UNCERTAIN = frozenset({ResponseCode.TERM_CHANGED, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT})
+_UNCERTAIN = frozenset({ResponseCode.TERM_CHANGED, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT,
+                        ResponseCode.FLUSH_SLAVE_TIMEOUT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -521,6 +526,49 @@ class AsyncClient:
                 raise error_for(e.code, e.reason, e.leader) from None
             self._leader_addr = None
             return r.leader or target
+
+    async def promote(self, target: str, *, force: bool = False) -> tuple[str, int]:
+        """Make backup `target` the primary of this primary/backup group; returns (primary, epoch).
+
+        Asks every endpoint for its status first. Without --force it refuses a target behind another
+        reachable backup (by last epoch, then last index): the most up-to-date backup holds every entry
+        a SYNC producer was told of, as long as one in-sync backup is reachable. The new epoch is one
+        above the highest any reachable member has seen (a group with a controller picks its own)."""
+        docs: dict[str, dict[str, Any]] = {}
+        for addr in self.endpoints:
+            try:
+                doc = (await self.node_status(addr))["groups"][self.group]
+            except (QuorumLogError, OSError, KeyError):
+                continue
+            docs[doc["node"]] = doc
+        if not docs:
+            raise PromoteError(f"group {self.group}: no endpoint answered", ResponseCode.NETWORK_ERROR)
+        mine = docs.get(target)
+        if mine is None:
+            raise PromoteError(f"group {self.group}: node {target} did not answer (or is not a member)",
+                               ResponseCode.NETWORK_ERROR)
+        if mine.get("replication") != "primary-backup":
+            raise PromoteError(f"group {self.group} is a Raft group: use transfer-leader",
+                               ResponseCode.UNSUPPORTED)
+        epoch = max(int(d.get("epoch", 0)) for d in docs.values()) + 1
+
+        def key(d: dict[str, Any]) -> tuple[int, int]:
+            return int(d.get("last_epoch", 0)), int(d["end_index"])
+
+        if not force:
+            ahead = [n for n, d in docs.items() if n != target and d.get("role") != "leader" and key(d) > key(mine)]
+            if ahead:
+                raise PromoteError(f"group {self.group}: {target} is behind backup(s) {', '.join(ahead)}; promote "
+                                   "the most up-to-date one, or pass --force to accept losing what it lacks",
+                                   ResponseCode.EXPIRED_TERM)
+        addr = mine["peers"][target]
+        try:
+            r = await self._call(addr, Op.PROMOTE, PROMOTE_REQUEST.encode(self.group, target, epoch), PROMOTE_RESPONSE,
+                                 timeout=max(self.request_timeout, 10.0))
+        except ResponseError as e:
+            raise error_for(e.code, e.reason, e.leader) from None
+        self._leader_addr = None
+        return r.primary or target, int(r.epoch)
 
 
 def _decode(buf: bytes, max_body: int) -> list[Entry]:

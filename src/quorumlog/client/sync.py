@@ -113,6 +113,9 @@ class Client:
     def transfer_leader(self, target: str) -> str | None:
         return self._run(self._ac.transfer_leader(target))
 
+    def promote(self, target: str, *, force: bool = False) -> tuple[str, int]:
+        return self._run(self._ac.promote(target, force=force))
+
 
 def _new_loop() -> asyncio.AbstractEventLoop:
     """uvloop when installed, else asyncio's loop (the wire layer runs on both)."""

@@ -1,4 +1,4 @@
-"""`quorumlog append | read | tail | status | transfer-leader`: the client operations from a shell."""
+"""`quorumlog append | read | tail | status | transfer-leader | promote`: the client operations from a shell."""
 
 from __future__ import annotations
 
@@ -67,6 +67,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_connection_args(p)
     p.add_argument("--to", required=True, help="target node id")
     p.set_defaults(func=_transfer)
+
+    p = sub.add_parser("promote", help="make a backup the primary of a primary/backup group",
+                       description="RocketMQ's manual switch: a new epoch begins with --to as its primary. The old "
+                                   "primary, if it returns, is fenced and cut back to where the new one agrees. "
+                                   "Refuses a target behind another reachable backup unless --force.")
+    add_connection_args(p)
+    p.add_argument("--to", required=True, help="the backup's node id")
+    p.add_argument("--force", action="store_true", help="promote even a backup behind others (may lose entries)")
+    p.set_defaults(func=_promote)
 
 
 def _client(args: argparse.Namespace) -> Any:
@@ -188,6 +197,13 @@ def _status(args: argparse.Namespace) -> int:
                           str(g.get("producers", "-")), lag)
     Console().print(table)
     return 0 if any("error" not in d for d in docs.values()) else 1
+
+
+def _promote(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        primary, epoch = c.promote(args.to, force=args.force)
+    print(f"group {args.group}: {primary} is the primary of epoch {epoch}")
+    return 0
 
 
 def _transfer(args: argparse.Namespace) -> int:

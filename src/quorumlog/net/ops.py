@@ -27,6 +27,7 @@ class Op(IntEnum):
     UNTAIL = 16
     STATUS = 17
     LEADERSHIP_TRANSFER = 18
+    PROMOTE = 19  # primary/backup: make a backup the primary (RocketMQ's manual switch)
     # Raft, between peers.
     VOTE = 30
     HEART_BEAT = 31
@@ -34,8 +35,8 @@ class Op(IntEnum):
     PUSH = 33
     PROBE = 34  # a node with a pristine store asks whether the group already has a log
     # Primary/backup (HA) frames, between a primary and its backups.
-    HA_REPORT = 40  # backup -> primary: its max offset
-    HA_TRANSFER = 41  # primary -> backup: offset, size and raw log bytes (or a header-only heartbeat)
+    HA_REPORT = 40  # backup -> primary: its max offset (direction 0), or its handshake (1)
+    HA_TRANSFER = 41  # primary -> backup: offset, size and raw log bytes or a heartbeat (0), or a cut (1)
 
 
 VALID_OPS: frozenset[int] = frozenset(int(o) for o in Op)

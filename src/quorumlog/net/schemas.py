@@ -98,6 +98,10 @@ STATUS_REQUEST = _req(Op.STATUS, ("group", OPT_STR))
 STATUS_RESPONSE = _resp(Op.STATUS, ("status", Map(ANY)))
 LEADERSHIP_TRANSFER_REQUEST = _req(Op.LEADERSHIP_TRANSFER, ("group", GROUP), ("target", NODE_ID))
 LEADERSHIP_TRANSFER_RESPONSE = _resp(Op.LEADERSHIP_TRANSFER, ("leader", OPT_STR), ("term", INT))
+# Make `target` the primary of a primary/backup group in epoch `epoch` (through the controller, when
+# the group has one: the epoch is then the controller's next).
+PROMOTE_REQUEST = _req(Op.PROMOTE, ("group", GROUP), ("target", NODE_ID), ("epoch", Int(0, I64_MAX, "epoch")))
+PROMOTE_RESPONSE = _resp(Op.PROMOTE, ("primary", OPT_STR), ("epoch", INT))
 
 # --- Raft peer messages -----------------------------------------------------------------------------
 # Peers exchange the Raft core's messages as ONEWAY frames (the core is asynchronous: an answer may
@@ -131,4 +135,17 @@ PEER_MESSAGES: dict[tuple[int, int], Schema] = {
     (Op.PROBE, PEER_REQUEST): Schema("ProbeRequest", (*_PEER_HEAD, ("nonce", Int(0, I64_MAX, "nonce")))),
     (Op.PROBE, PEER_RESPONSE): Schema("ProbeResponse", (*_PEER_HEAD, ("nonce", Int(0, I64_MAX, "nonce")),
                                                        ("end_index", INDEX), ("begin_index", INDEX))),
+    # Primary/backup (src/quorumlog/ha/messages.py): the head also names the epoch's primary.
+    (Op.HA_REPORT, PEER_REQUEST): Schema("HaReport", (*_PEER_HEAD, ("primary", OPT_STR),
+                                                     ("offset", Int(-1, I64_MAX, "offset")))),
+    (Op.HA_REPORT, PEER_RESPONSE): Schema("HaHandshake", (*_PEER_HEAD, ("primary", OPT_STR),
+                                                         ("begin_index", INDEX), ("end_index", INDEX),
+                                                         ("epochs", BYTES))),
+    (Op.HA_TRANSFER, PEER_REQUEST): Schema("HaTransfer", (*_PEER_HEAD, ("primary", OPT_STR),
+                                                         ("committed", INDEX), ("frame", BYTES))),
+    (Op.HA_TRANSFER, PEER_RESPONSE): Schema("HaTruncate", (*_PEER_HEAD, ("primary", OPT_STR),
+                                                          ("keep_index", Int(-2, I64_MAX, "keep_index")),
+                                                          ("begin_index", INDEX), ("begin_pos", INDEX),
+                                                          ("begin_chain", Int(0, (1 << 32) - 1, "chain")),
+                                                          ("begin_term", TERM))),
 }

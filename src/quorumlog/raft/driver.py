@@ -14,10 +14,18 @@ With no `start_flush`, the driver flushes synchronously.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Protocol
 
-from .messages import Message
-from .node import RaftNode
+from ..store.base import LogStore
 from .ready import Completion, Ready, RoleChange
+
+
+class Core(Protocol):
+    """What the driver needs of a core: a RaftNode, or a primary/backup HaNode (ha/node.py)."""
+
+    store: LogStore
+
+    def on_flushed(self, durable_index: int, now_ms: int) -> Ready: ...
 
 
 class Driver:
@@ -25,7 +33,7 @@ class Driver:
 
     __slots__ = ("node", "send", "complete", "on_change", "start_flush", "flushing")
 
-    def __init__(self, node: RaftNode, send: Callable[[Message], None], complete: Callable[[Completion], None],
+    def __init__(self, node: Core, send: Callable[[Any], None], complete: Callable[[Completion], None],
                  on_change: Callable[[RoleChange], None] | None = None,
                  start_flush: Callable[[], None] | None = None) -> None:
         self.node = node

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from .messages import Message, Role
+from .messages import Role
 
 APPEND = "append"
 TRANSFER = "transfer"
@@ -65,7 +66,7 @@ class RoleChange:
 class Ready:
     """Output of one tick/step/propose/transfer/on_flushed call. See the module docstring for the order."""
 
-    messages: list[Message] = field(default_factory=list)
+    messages: list[Any] = field(default_factory=list)  # raft/messages.py's (or ha/messages.py's) to send
     completions: list[Completion] = field(default_factory=list)
     must_flush: bool = False
     changes: list[RoleChange] = field(default_factory=list)

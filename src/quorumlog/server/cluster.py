@@ -78,6 +78,10 @@ class LocalCluster:
     raft: Mapping[str, Any] = field(default_factory=dict)
     store: Mapping[str, Any] = field(default_factory=dict)
     nodes: list[LocalNode] = field(default_factory=list)
+    # Primary/backup: the groups' replication and their other [[group]] keys (ack, min_in_sync, ...);
+    # a "controller" key also adds that Raft group to every node.
+    replication: str = "raft"
+    ha: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -116,6 +120,11 @@ class LocalCluster:
             lines += [f"{k} = {_toml_value(v)}" for k, v in self.store.items()]
             for g in self.group_names:
                 lines += ["[[group]]", f"name = {_toml_value(g)}", f"peers = {_toml_value(peers)}"]
+                if self.replication != "raft":
+                    lines += [f"replication = {_toml_value(self.replication)}", 'primary = "n0"']
+                    lines += [f"{k} = {_toml_value(v)}" for k, v in self.ha.items()]
+            if self.replication != "raft" and "controller" in self.ha:
+                lines += ["[[group]]", f"name = {_toml_value(self.ha['controller'])}", f"peers = {_toml_value(peers)}"]
             node.config_path.write_text("\n".join(lines) + "\n")
 
     def command(self, node: LocalNode) -> list[str]:

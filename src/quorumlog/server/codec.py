@@ -1,4 +1,4 @@
-"""Raft messages ⇄ one-way frames between peers.
+"""Raft and primary/backup messages ⇄ one-way frames between peers.
 
 Every Raft message travels as a ONEWAY frame: the core's messages are asynchronous (a held push ack
 leaves long after its request arrived), so there is no request/response pairing at the frame level.
@@ -14,6 +14,7 @@ import dataclasses
 import operator
 from typing import Any
 
+from ..ha.messages import HaHandshake, HaMessage, HaReport, HaTransfer, HaTruncate
 from ..net.bodies import unpack
 from ..net.errors import ProtocolError
 from ..net.frames import ONEWAY, Frame
@@ -43,6 +44,10 @@ _ROUTES: dict[type, tuple[Op, int]] = {
     TimeoutNow: (Op.LEADERSHIP_TRANSFER, PEER_REQUEST),
     ProbeRequest: (Op.PROBE, PEER_REQUEST),
     ProbeResponse: (Op.PROBE, PEER_RESPONSE),
+    HaReport: (Op.HA_REPORT, PEER_REQUEST),
+    HaHandshake: (Op.HA_REPORT, PEER_RESPONSE),
+    HaTransfer: (Op.HA_TRANSFER, PEER_REQUEST),
+    HaTruncate: (Op.HA_TRANSFER, PEER_RESPONSE),
 }
 _CLASSES: dict[tuple[int, int], type] = {route: cls for cls, route in _ROUTES.items()}
 PEER_OPS = frozenset(int(op) for op, _ in _ROUTES.values())
@@ -57,7 +62,11 @@ for _cls, _route in _ROUTES.items():
     _GETTERS[_cls] = operator.attrgetter(*_names)
 
 
-def encode_message(m: Message) -> tuple[int, int, bytes]:
+PeerMessage = Message | HaMessage
+HA_MESSAGES = (HaHandshake, HaReport, HaTransfer, HaTruncate)
+
+
+def encode_message(m: PeerMessage) -> tuple[int, int, bytes]:
     """(op, request_id, body) of the one-way frame carrying `m`."""
     op, direction = _ROUTES[type(m)]
     schema = PEER_MESSAGES[(op, direction)]
@@ -69,12 +78,12 @@ def is_peer_frame(f: Frame) -> bool:
     return f.kind == ONEWAY and f.op in PEER_OPS
 
 
-def decode_message(f: Frame) -> Message:
+def decode_message(f: Frame) -> PeerMessage:
     """The Raft message a one-way peer frame carries; ProtocolError when it is malformed."""
     key = (f.op, f.request_id)
     cls = _CLASSES.get(key)
     if cls is None:
         raise ProtocolError(f"one-way {Op(f.op).name} frame with unknown direction {f.request_id}")
     values = PEER_MESSAGES[key].validate(unpack(f.body))
-    msg: Message = cls(*values)
+    msg: PeerMessage = cls(*values)
     return msg

@@ -1,4 +1,5 @@
-"""One group hosted by a node: its RaftNode and store, the clients waiting on it, its flushes.
+"""One group hosted by a node: its core (a RaftNode, or an HaNode for a primary/backup group) and
+store, the clients waiting on it, its flushes.
 
 The core's output is applied by `raft.driver.Driver`, the same driver the simulator runs: messages go
 out at once (the core never claims more than is durable); one `store.flush()` at a time runs in this
@@ -28,15 +29,17 @@ import msgpack
 
 from ..config import GroupConfig
 from ..errors import CorruptEntryError, DiskError, ResponseCode
+from ..ha.node import HaNode
 from ..net.bodies import encode_error
 from ..net.connection import Connection
 from ..net.frames import Frame
 from ..raft.appends import AppendRequest
 from ..raft.driver import Driver
-from ..raft.messages import Message, PushRequest, Role
+from ..raft.messages import PushRequest, Role
 from ..raft.node import RaftNode
 from ..raft.ready import APPEND, Completion, Ready, RoleChange
 from ..store.file_store import store_dir
+from .codec import PeerMessage
 from .metrics import Histogram
 from .store import NodeStore
 
@@ -89,7 +92,7 @@ class GroupStats:
 class Group:
     """A RaftNode and its store, driven by the node's event loop."""
 
-    def __init__(self, node_id: str, cfg: GroupConfig, data_dir: str, send: Callable[[Message], None],
+    def __init__(self, node_id: str, cfg: GroupConfig, data_dir: str, send: Callable[[PeerMessage], None],
                  on_fatal: Callable[[BaseException], None]) -> None:
         self.name = cfg.name
         self.cfg = cfg
@@ -98,7 +101,11 @@ class Group:
         for note in self.store.notes:
             log.warning("group %s: store recovery: %s", cfg.name, note)
         try:
-            self.node = RaftNode(node_id, cfg.name, list(cfg.peers), self.store, cfg.raft, random.Random())
+            self.node: RaftNode | HaNode
+            if cfg.ha.primary_backup:
+                self.node = HaNode(node_id, cfg.name, list(cfg.peers), self.store, cfg.ha, cfg.raft, now_ms())
+            else:
+                self.node = RaftNode(node_id, cfg.name, list(cfg.peers), self.store, cfg.raft, random.Random())
         except BaseException:
             self.store.close()  # the node does not start: let go of the store (and its lock) now
             raise
@@ -108,7 +115,7 @@ class Group:
         self._loop = asyncio.get_running_loop()
         # One thread per group: its flushes and checkpoints run one at a time, in order.
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"flush-{cfg.name}")
-        self.inbox: list[Message] = []
+        self.inbox: list[PeerMessage] = []
         self.appends: list[_Append] = []
         self._waiting: dict[int, _Append] = {}  # request id -> append given to the core
         self._transfers: dict[int, tuple[Connection, Frame]] = {}
@@ -135,7 +142,7 @@ class Group:
                     self.stats.bytes_in += len(m.data)
                     self.stats.entries_in += m.count
             try:
-                self.apply(self.node.step_batch(msgs, now_ms()))
+                self.apply(self.node.step_batch(msgs, now_ms()))  # type: ignore[arg-type]  # node.py routes
             except Exception as e:
                 self.core_error("step", e)
         if self.appends and not self._closed:
@@ -211,7 +218,7 @@ class Group:
             self.commit_changed.set()
             self.commit_changed = asyncio.Event()
 
-    def _send_message(self, m: Message) -> None:
+    def _send_message(self, m: PeerMessage) -> None:
         if type(m) is PushRequest and m.data:
             self.stats.push_bytes_out += len(m.data)
         self._send(m)
@@ -324,6 +331,8 @@ class Group:
             "producers": len(node.producers),
             "peers": {pid: addr for pid, addr in self.peers.items()},
         }
+        if isinstance(node, HaNode):
+            doc.update(node.status())
         if node.role == Role.LEADER:
             doc["peer_watermarks"] = {p: node.peer_match(p) for p in self.peers if p != self.node_id}
             doc["peer_lag"] = {p: max(0, s.end_index - m) for p, m in doc["peer_watermarks"].items()}

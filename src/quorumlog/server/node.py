@@ -19,6 +19,7 @@ import msgpack
 
 from ..config import NodeConfig
 from ..errors import CorruptEntryError, QuorumLogError, ResponseCode
+from ..ha.node import HaNode
 from ..net.bodies import unpack
 from ..net.connection import Connection
 from ..net.errors import ProtocolError
@@ -28,6 +29,7 @@ from ..net.schemas import (
     GET_REQUEST,
     LEADERSHIP_TRANSFER_REQUEST,
     METADATA_REQUEST,
+    PROMOTE_REQUEST,
     READ_REQUEST,
     STATUS_REQUEST,
     TAIL_REQUEST,
@@ -35,9 +37,8 @@ from ..net.schemas import (
 )
 from ..net.server import Server, serve
 from ..raft.member import members_digest
-from ..raft.messages import Message
-from .codec import PEER_OPS, decode_message
-from .group import Group
+from .codec import HA_MESSAGES, PEER_OPS, PeerMessage, decode_message
+from .group import Group, now_ms
 from .peers import PeerLinks, split_address
 from .reads import get_committed, read_committed
 from .tail import Tails
@@ -79,6 +80,7 @@ class NodeServer:
         self._tasks: list[asyncio.Task[None]] = []
         self.started = time.time()
         self.admin: Any = None
+        self.controller: Any = None  # controller.Controller, when a primary/backup group has one
         peers: dict[str, str] = {}
         for g in cfg.groups:
             peers.update(g.peers)
@@ -231,7 +233,7 @@ class NodeServer:
             if g.appends:  # more than one proposal's worth arrived: go on next iteration
                 self._kick(g)
 
-    def _send(self, m: Message) -> None:
+    def _send(self, m: PeerMessage) -> None:
         self.links.send(m)
 
     # -- frames ------------------------------------------------------------------------------------
@@ -302,6 +304,9 @@ class NodeServer:
         if op == Op.STATUS:
             r = STATUS_REQUEST.decode(f.body)
             return _packb((SUCCESS, self.status(r.group)))
+        if op == Op.PROMOTE:
+            r = PROMOTE_REQUEST.decode(f.body)
+            return self._promote(conn, f, self._group(r.group), r.target, r.epoch)
         if op == Op.LEADERSHIP_TRANSFER:
             r = LEADERSHIP_TRANSFER_REQUEST.decode(f.body)
             g = self._group(r.group)
@@ -333,6 +338,25 @@ class NodeServer:
         if g.enqueue_append(conn, f, bodies, single, producer, seq, None if expected_end == -2 else expected_end):
             self._kick(g)
 
+    def _promote(self, conn: Connection, f: Frame, g: Group, target: str, epoch: int) -> bytes | None:
+        node = g.node
+        if not isinstance(node, HaNode):
+            raise QuorumLogError(f"group {g.name} is a Raft group: use LEADERSHIP_TRANSFER", ResponseCode.UNSUPPORTED)
+        if target not in g.peers:
+            raise QuorumLogError(f"{target!r} is not a member of group {g.name}", ResponseCode.UNKNOWN_MEMBER)
+        if self.controller is not None and g.cfg.ha.controller is not None:
+            self.controller.promote(conn, f, g, target)  # answered once the controller recorded it
+            return None
+        if target != self.node_id:
+            raise QuorumLogError(f"send the promotion to {target} itself (this is {self.node_id})",
+                                 ResponseCode.UNEXPECTED_MEMBER)
+        if epoch <= node.epoch:
+            raise QuorumLogError(f"epoch {epoch} is not above {self.node_id}'s epoch {node.epoch} in group {g.name}",
+                                 ResponseCode.EXPIRED_TERM)
+        g.apply(node.promote(epoch, now_ms()))
+        log.warning("group %s: %s promoted to primary of epoch %d", g.name, self.node_id, epoch)
+        return _packb((SUCCESS, self.node_id, epoch))
+
     def _peer_frame(self, conn: Connection, f: Frame) -> None:
         msg = decode_message(f)
         g = self.groups.get(msg.group)
@@ -344,6 +368,11 @@ class NodeServer:
             reason = f"{conn.peer_id!r} is not a member of group {g.name} (message from {msg.sender!r})"
             log.warning("closing connection %r: %s", conn, reason)
             conn.close(reason, goodbye=ResponseCode.UNKNOWN_MEMBER)
+            return
+        if isinstance(msg, HA_MESSAGES) != g.cfg.ha.primary_backup:
+            kind = "primary/backup" if g.cfg.ha.primary_backup else "Raft"
+            conn.close(f"{type(msg).__name__} for {kind} group {g.name}: the peers' group settings differ",
+                       goodbye=ResponseCode.UNEXPECTED_MEMBER)
             return
         g.inbox.append(msg)
         self._kick(g)

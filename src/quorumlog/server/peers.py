@@ -12,8 +12,7 @@ from collections.abc import Mapping
 
 from ..net.endpoint import Endpoint
 from ..net.errors import ConnectionClosedError
-from ..raft.messages import Message
-from .codec import encode_message
+from .codec import PeerMessage, encode_message
 
 log = logging.getLogger("quorumlog.server")
 
@@ -46,7 +45,7 @@ class PeerLinks:
         for ep in self.links.values():
             ep.start()
 
-    def send(self, m: Message) -> None:
+    def send(self, m: PeerMessage) -> None:
         ep = self.links.get(m.target)
         if ep is None:
             self.dropped += 1

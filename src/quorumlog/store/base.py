@@ -177,6 +177,12 @@ class LogStore(Protocol):
         """Drop every entry after `index`. Refuses (StoreError) to drop committed entries."""
         ...
 
+    def discard_after(self, index: int) -> None:
+        """Drop every entry after `index`, committed ones too (the committed index drops with them). For a
+        primary/backup replica whose tail its new primary does not hold: entries an ASYNC primary
+        acknowledged, or ones no SYNC producer was told of (docs/replication.md)."""
+        ...
+
     def reset(self, begin_index: int, begin_pos: int, begin_chain: int, begin_term: int) -> None:
         """Discard every entry and start the log, empty, at begin_index (there are no snapshots: the log
         is the state). The next entry goes at byte begin_pos and chains to begin_chain, so a leader's

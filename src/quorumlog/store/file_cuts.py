@@ -55,6 +55,15 @@ class FileCuts(FileReads):
             self._checkpoint(min(self._flushed, index), self._cp_committed)
         self._cut(index)
 
+    def discard_after(self, index: int) -> None:
+        self._check_writable()
+        if index >= self._end:
+            return
+        if index < self._begin - 1:
+            raise IndexOutOfRangeError(f"cannot discard after {index}: log begins at {self._begin}")
+        self._checkpoint(min(self._flushed, index), min(self._cp_committed, index))
+        self._cut(index)
+
     def _cut(self, keep: int) -> None:
         """Drop every entry after `keep`; the caller has made the checkpoint stop naming them as
         durable, so that a crash part way cannot make recovery take the cut for lost entries."""

@@ -156,6 +156,13 @@ class MemoryStore:
             raise IndexOutOfRangeError(f"cannot truncate after {index}: log begins at {self._begin}")
         self._cut(index)
 
+    def discard_after(self, index: int) -> None:
+        if index >= self.end_index:
+            return
+        if index < self._begin - 1:
+            raise IndexOutOfRangeError(f"cannot discard after {index}: log begins at {self._begin}")
+        self._cut(index)
+
     def _cut(self, keep: int) -> None:
         """Drop every entry after `keep` (no check: the callers decide what may go)."""
         n = keep - self._begin + 1

@@ -1,0 +1,136 @@
+"""A backup's side of primary/backup replication.
+
+It handshakes with its primary (its epoch list), cuts its log where the primary says the two agree,
+then writes the frames it is streamed: every entry's CRCs, chain, index and position are checked as a
+Raft follower checks a push (store.append_encoded), and the bytes land as they are. It acks the offset
+of each frame once that frame is durable, and reports its offset again every heartbeat interval, so the
+primary hears from it while idle. A frame that does not continue its log (a gap, a lost frame, a
+primary that restarted) or fails a check sends it back to the handshake.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+
+from ..config import HaConfig
+from ..errors import CorruptEntryError
+from ..raft.producers import ProducerTable
+from ..raft.ready import Ready
+from ..store.base import LogStore
+from .epochs import epoch_list
+from .messages import FRAME_HEADER, HaHandshake, HaReport, HaTransfer, HaTruncate, pack_epochs
+
+HANDSHAKE_RETRY_MS = 200
+
+
+class Backup:
+    """The backup of one epoch, following `primary`."""
+
+    def __init__(self, node_id: str, group: str, store: LogStore, cfg: HaConfig, epoch: int, primary: str | None,
+                 producers: ProducerTable, stats: Counter[str], now: int) -> None:
+        self.node_id = node_id
+        self.group = group
+        self.store = store
+        self.cfg = cfg
+        self.epoch = epoch
+        self.primary = primary
+        self.producers = producers
+        self.stats = stats
+        self.streaming = False
+        self.next_try = now
+        self.heard_ms = now
+        self.reported_ms = now
+        self.reported = -1
+        self.frames: deque[tuple[int, int]] = deque()  # (last index, end offset) written, not yet acked
+
+    def tick(self, now: int, out: Ready) -> None:
+        if self.primary is None:
+            return
+        if self.streaming and now - self.heard_ms > self.cfg.ha_ack_timeout_ms + self.cfg.ha_heartbeat_interval_ms:
+            self.streaming = False  # the primary went quiet: start over when it is back
+            self.stats["ha_primary_silent"] += 1
+        if not self.streaming:
+            if now >= self.next_try:
+                self.next_try = now + HANDSHAKE_RETRY_MS
+                s = self.store
+                out.messages.append(HaHandshake(self.group, self.node_id, self.primary, self.epoch, self.primary,
+                                                s.begin_index, s.end_index, pack_epochs(epoch_list(s))))
+            return
+        if now - self.reported_ms >= self.cfg.ha_heartbeat_interval_ms:
+            self._report(self.reported, now, out)
+
+    def on_truncate(self, m: HaTruncate, now: int, out: Ready) -> None:
+        if m.sender != self.primary or self.streaming:
+            return
+        store = self.store
+        if m.keep_index == -2 or m.keep_index < store.begin_index - 1:
+            if store.end_index >= store.begin_index or store.begin_index != m.begin_index:
+                store.discard_after(store.begin_index - 1)
+                store.reset(m.begin_index, m.begin_pos, m.begin_chain, m.begin_term)
+                self.producers.clear()
+                self.stats["ha_resets"] += 1
+        elif m.keep_index < store.end_index:
+            self.stats["ha_truncated_entries"] += store.end_index - m.keep_index
+            store.discard_after(m.keep_index)
+            self.producers.truncate_after(m.keep_index)
+        self.frames.clear()
+        self.streaming = True
+        self.heard_ms = now
+        if store.durable_index >= store.end_index:
+            self._report(store.write_pos, now, out)
+        else:  # report once what is left is durable
+            self.frames.append((store.end_index, store.write_pos))
+            out.must_flush = True
+
+    def on_transfer(self, m: HaTransfer, now: int, out: Ready) -> None:
+        if m.sender != self.primary:
+            return
+        self.heard_ms = now
+        frame = m.frame
+        if len(frame) < FRAME_HEADER.size:
+            return
+        offset, size = FRAME_HEADER.unpack_from(frame)
+        store = self.store
+        if not self.streaming:
+            if offset >= 0:
+                self.next_try = now  # it streams to a handshake we no longer wait for: ask again
+            return
+        if size:
+            if offset != store.write_pos or size != len(frame) - FRAME_HEADER.size:
+                self.stats["ha_frames_out_of_order"] += 1
+                self.streaming = False
+                self.next_try = now
+                return
+            try:
+                metas = store.append_encoded_metas(memoryview(frame)[FRAME_HEADER.size:])[1]
+            except CorruptEntryError as e:
+                self.stats["ha_frames_corrupt"] += 1
+                self.last_error = str(e)
+                self.streaming = False
+                self.next_try = now
+                return
+            if metas:
+                self.producers.record_metas(metas)
+            self.stats["ha_frames_written"] += 1
+            self.frames.append((store.end_index, store.write_pos))
+            out.must_flush = True
+        committed = min(m.committed, store.end_index)
+        if committed > store.committed_index:
+            store.set_committed(committed)
+            self.producers.forget_spans(committed)
+
+    def on_flushed(self, durable: int, now: int, out: Ready) -> None:
+        frames = self.frames
+        offset = -1
+        while frames and frames[0][0] <= durable:
+            offset = frames.popleft()[1]
+        if offset >= 0 and self.streaming:
+            self._report(offset, now, out)
+
+    def _report(self, offset: int, now: int, out: Ready) -> None:
+        assert self.primary is not None
+        out.messages.append(HaReport(self.group, self.node_id, self.primary, self.epoch, self.primary, offset))
+        self.reported = offset
+        self.reported_ms = now
+
+    last_error = ""

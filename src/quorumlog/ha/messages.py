@@ -1,0 +1,84 @@
+"""Messages between a primary and its backups (RocketMQ's HA protocol, with epochs).
+
+Each names its group, sender, target, the sender's epoch and the primary of that epoch as the sender
+knows it, so a node that meets a higher epoch learns who leads it. They travel as one-way frames of
+the HA ops (server/codec.py), beside the Raft messages:
+
+- `HaHandshake` (backup -> primary): the backup's log, as the last index of each epoch it holds; the
+  primary answers with the point where the two logs agree (`HaTruncate`), RocketMQ 5's epoch check.
+- `HaReport` (backup -> primary): the backup's max offset (8 bytes), written and durable: its ack.
+- `HaTransfer` (primary -> backup): a 12-byte header (offset i64, size i32) and `size` bytes of raw
+  log, entries as they are on the primary's disk; size 0 is a heartbeat. `committed` is the index
+  readers may see.
+- `HaTruncate` (primary -> backup): keep the log up to `keep_index`, then report; when the backup's
+  entries expired on the primary, restart the log at the primary's begin (the begin_* fields).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+FRAME_HEADER = struct.Struct(">qi")  # offset, size
+EPOCH_PAIR = struct.Struct(">qq")  # epoch, last index of that epoch in the log
+
+
+@dataclass(frozen=True, slots=True)
+class HaHandshake:
+    group: str
+    sender: str
+    target: str
+    term: int  # the epoch the backup follows
+    primary: str | None
+    begin_index: int
+    end_index: int
+    epochs: bytes  # EPOCH_PAIR records, oldest first
+
+
+@dataclass(frozen=True, slots=True)
+class HaReport:
+    group: str
+    sender: str
+    target: str
+    term: int
+    primary: str | None
+    offset: int  # the backup's max offset: where its next entry goes
+
+
+@dataclass(frozen=True, slots=True)
+class HaTransfer:
+    group: str
+    sender: str
+    target: str
+    term: int
+    primary: str | None
+    committed: int
+    frame: bytes  # FRAME_HEADER + raw log bytes
+
+
+@dataclass(frozen=True, slots=True)
+class HaTruncate:
+    group: str
+    sender: str
+    target: str
+    term: int
+    primary: str | None
+    keep_index: int
+    begin_index: int
+    begin_pos: int
+    begin_chain: int
+    begin_term: int
+
+
+HaMessage = HaHandshake | HaReport | HaTransfer | HaTruncate
+
+
+def pack_epochs(pairs: list[tuple[int, int]]) -> bytes:
+    return b"".join(EPOCH_PAIR.pack(e, last) for e, last in pairs)
+
+
+def unpack_epochs(data: bytes) -> list[tuple[int, int]]:
+    """The (epoch, last index) pairs of a handshake; ValueError when the bytes are not whole pairs."""
+    if len(data) % EPOCH_PAIR.size:
+        raise ValueError(f"epoch list of {len(data)} bytes is not a whole number of pairs")
+    return [EPOCH_PAIR.unpack_from(data, i) for i in range(0, len(data), EPOCH_PAIR.size)]

@@ -1,0 +1,256 @@
+"""One member of a primary/backup group: the primary of its epoch, or a backup following one.
+
+Pure like the Raft core (no sockets, no clock): the server drives it with the same Driver and Ready
+contract as a RaftNode (raft/driver.py), and exposes it through the same Group. Its role maps onto the
+Raft roles (primary = LEADER, backup = FOLLOWER) and its epoch onto the term, so status, metadata,
+redirects and the client's leader search work unchanged.
+
+Epochs. (epoch, primary) is persisted in the store's vote file before the node acts on it. A node
+meeting a higher epoch in any HA message follows that epoch's primary at once (an old primary is fenced:
+it never accepts another write, and its handshake cuts the tail the new primary does not hold). Who
+starts an epoch: `promote` (an operator, or the controller, which records it in a Raft group first).
+A primary that restarts takes no write until it is confirmed: by a backup that follows its epoch
+(without a controller) or by the controller's record.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from ..config import HaConfig, RaftConfig
+from ..errors import CorruptEntryError, ResponseCode
+from ..raft.appends import AppendRequest
+from ..raft.messages import Role
+from ..raft.producers import ProducerTable
+from ..raft.ready import APPEND, TRANSFER, Completion, Ready, RoleChange
+from ..store.base import LogStore
+from .backup import Backup
+from .messages import HaHandshake, HaMessage, HaReport, HaTransfer, HaTruncate
+from .primary import Primary
+
+
+class HaNode:
+    """A primary/backup member; the interface the server's Group and the Driver use of a RaftNode."""
+
+    def __init__(self, node_id: str, group: str, members: Sequence[str], store: LogStore, cfg: HaConfig,
+                 raft: RaftConfig, now: int) -> None:
+        self.node_id = node_id
+        self.group = group
+        self.members = list(members)
+        self.store = store
+        self.cfg = cfg
+        self.config = raft
+        self.stats: Counter[str] = Counter()
+        self.producers = ProducerTable(raft.producer_window, raft.producer_idle_ms)
+        self.producers.rebuild(store)
+        self.epoch, primary = store.load_vote()
+        if self.epoch == 0:  # a new group: epoch 1 led by the configured primary
+            self.epoch, primary = 1, cfg.primary
+        self.primary_id: str | None = primary
+        self.confirmed = False  # a primary takes writes once confirmed (see the module docstring)
+        self.isr: set[str] = {m for m in self.members if m != node_id}
+        self.primary: Primary | None = None
+        self.backup: Backup | None = None
+        self._next_request_id = 1
+        self._start(now, Ready())
+
+    # -- what the server reads ---------------------------------------------------------------------
+    @property
+    def role(self) -> Role:
+        return Role.LEADER if self.primary is not None else Role.FOLLOWER
+
+    @property
+    def term(self) -> int:
+        return self.epoch
+
+    @property
+    def leader_id(self) -> str | None:
+        return self.primary_id
+
+    @property
+    def is_leader(self) -> bool:
+        return self.primary is not None and self.confirmed
+
+    recovering = False
+    joining = False
+
+    def expiry_safe_index(self, now_ms: int, member_timeout_ms: int) -> int:
+        """What every member holds (the primary knows); a backup keeps to its commit."""
+        committed = self.store.committed_index
+        p = self.primary
+        if p is None:
+            return committed
+        safe = committed
+        for b in p.backups.values():
+            if now_ms - b.heard_ms <= member_timeout_ms:
+                safe = min(safe, b.acked_index)
+        return safe
+
+    def peer_match(self, peer: str) -> int:
+        return self.primary.backup_acked(peer) if self.primary is not None else -1
+
+    def status(self) -> dict[str, object]:
+        doc: dict[str, object] = {"replication": "primary-backup", "ack": self.cfg.ack, "epoch": self.epoch,
+                                  "primary": self.primary_id, "confirmed": self.confirmed,
+                                  "last_epoch": self.store.end_term}
+        p = self.primary
+        if p is not None:
+            doc["in_sync"] = sorted(p.isr)
+            doc["in_sync_effective"] = sorted(p.commit_set - p.isr_leaving)
+            doc["backup_offsets"] = {b.id: b.acked_offset for b in p.backups.values()}
+            doc["refused_reports"] = list(p.refusals)
+        elif self.backup is not None:
+            doc["streaming"] = self.backup.streaming
+        return doc
+
+    # -- inputs ------------------------------------------------------------------------------------
+    def tick(self, now_ms: int) -> Ready:
+        out = Ready()
+        if self.primary is not None:
+            self.primary.tick(now_ms, out)
+        elif self.backup is not None:
+            self.backup.tick(now_ms, out)
+        return out
+
+    def step(self, message: HaMessage, now_ms: int) -> Ready:
+        return self.step_batch((message,), now_ms)
+
+    def step_batch(self, messages: Iterable[HaMessage], now_ms: int) -> Ready:
+        out = Ready()
+        for m in messages:
+            self._route(m, now_ms, out)
+        return out
+
+    def propose_many(self, requests: Sequence[AppendRequest], now_ms: int, wall_ms: int = 0) -> Ready:
+        out = Ready()
+        p = self.primary
+        if p is None or not self.confirmed:
+            code = ResponseCode.NOT_LEADER if p is None else ResponseCode.LEADER_NOT_READY
+            leader = self.primary_id if p is None else self.node_id
+            for r in requests:
+                out.completions.append(Completion(r.request_id, int(code), APPEND, term=self.epoch, leader_id=leader))
+            return out
+        p.propose(requests, now_ms, wall_ms, out)
+        return out
+
+    def propose(self, bodies: Sequence[bytes], now_ms: int, request_id: int | None = None) -> Ready:
+        rid = request_id if request_id is not None else self._request_id()
+        out = self.propose_many([AppendRequest(rid, bodies)], now_ms)
+        out.request_id = rid
+        return out
+
+    def on_flushed(self, durable_index: int, now_ms: int) -> Ready:
+        out = Ready()
+        if self.primary is not None:
+            self.primary.on_flushed(now_ms, out)
+        elif self.backup is not None:
+            self.backup.on_flushed(durable_index, now_ms, out)
+        return out
+
+    def transfer_leader(self, target: str, now_ms: int, request_id: int | None = None) -> Ready:
+        rid = self._request_id() if request_id is None else request_id
+        out = Ready(request_id=rid)
+        out.completions.append(Completion(rid, int(ResponseCode.UNSUPPORTED), TRANSFER, term=self.epoch,
+                                          leader_id=self.primary_id))
+        return out
+
+    def report_corruption(self, error: CorruptEntryError, now_ms: int) -> Ready:
+        """A read found an entry of this replica corrupt: a backup cuts there and fetches it again from
+        its primary; a primary can only report it (it is the copy the others are made from)."""
+        out = Ready()
+        index = error.index
+        if self.backup is not None and index is not None and index <= self.store.end_index:
+            keep = max(index, self.store.begin_index) - 1
+            self.store.discard_after(keep)
+            self.producers.truncate_after(keep)
+            self.backup.streaming = False
+            self.backup.next_try = now_ms
+        self.stats["corrupt_reads"] += 1
+        return out
+
+    # -- epochs ------------------------------------------------------------------------------------
+    def promote(self, epoch: int, now_ms: int, isr: set[str] | None = None) -> Ready:
+        """Become the primary of `epoch` (higher than any this node has seen), confirmed."""
+        out = Ready()
+        if epoch <= self.epoch and not (epoch == self.epoch and self.primary_id == self.node_id):
+            raise ValueError(f"epoch {epoch} is not above this node's epoch {self.epoch}")
+        if isr is not None:
+            self.isr = set(isr)
+        self._enter(epoch, self.node_id, now_ms, out)
+        self.confirmed = True
+        return out
+
+    def follow(self, epoch: int, primary: str | None, now_ms: int) -> Ready:
+        """Follow `primary` in `epoch` (never lower than this node's)."""
+        out = Ready()
+        if epoch > self.epoch or (epoch == self.epoch and primary != self.primary_id):
+            self._enter(epoch, primary, now_ms, out)
+        return out
+
+    def confirm(self, isr: set[str] | None = None) -> None:
+        """The controller's record names this node primary of its epoch (with that in-sync set)."""
+        if self.primary is not None:
+            self.confirmed = True
+            if isr is not None:
+                self.primary.isr_recorded(isr)
+
+    def _enter(self, epoch: int, primary: str | None, now: int, out: Ready) -> None:
+        if self.primary is not None:
+            self.primary.close(primary, out)
+        self.store.save_vote(epoch, primary)
+        self.epoch, self.primary_id = epoch, primary
+        self.confirmed = False
+        self._start(now, out)
+        self.stats["epoch_changes"] += 1
+
+    def _start(self, now: int, out: Ready) -> None:
+        self.primary = self.backup = None
+        if self.primary_id == self.node_id:
+            # A partial request at the end of the log was never acknowledged: drop it before leading.
+            self.stats["partial_requests_cut"] += bool(self.producers.cut_partial_tail(self.store))
+            self.primary = Primary(self.node_id, self.group, self.members, self.store, self.cfg, self.config,
+                                   self.epoch, self.producers, self.stats, self.isr, now)
+            if len(self.members) == 1:
+                self.confirmed = True
+        else:
+            self.backup = Backup(self.node_id, self.group, self.store, self.cfg, self.epoch, self.primary_id,
+                                 self.producers, self.stats, now)
+        out.changes.append(RoleChange(self.role, self.epoch, self.primary_id))
+
+    def _route(self, m: HaMessage, now: int, out: Ready) -> None:
+        if m.term > self.epoch:
+            self.stats["higher_epoch_seen"] += 1
+            self._enter(m.term, m.primary, now, out)
+        elif m.term < self.epoch:
+            # A stale member: tell it the epoch it missed (and who leads it), so it stops or follows.
+            self.stats["stale_epoch_messages"] += 1
+            out.messages.append(HaReport(self.group, self.node_id, m.sender, self.epoch, self.primary_id, -1))
+            return
+        p, b = self.primary, self.backup
+        t = type(m)
+        if p is not None:
+            if m.sender == self.node_id:
+                return
+            if t is HaHandshake:
+                p.on_handshake(m, now, out)  # type: ignore[arg-type]
+            elif t is HaReport and m.offset >= 0:  # type: ignore[union-attr]
+                if not self.confirmed and self.cfg.controller is None:
+                    self.confirmed = True  # a backup follows this epoch: no newer primary it knows of
+                p.on_report(m, now, out)  # type: ignore[arg-type]
+            elif t is HaTransfer or t is HaTruncate:
+                self.stats["two_primaries_seen"] += 1  # same epoch, another primary: cannot happen
+        elif b is not None:
+            if m.primary is not None and self.primary_id is None:
+                self._enter(m.term, m.primary, now, out)
+                b = self.backup
+                assert b is not None
+            if t is HaTransfer:
+                b.on_transfer(m, now, out)  # type: ignore[arg-type]
+            elif t is HaTruncate:
+                b.on_truncate(m, now, out)  # type: ignore[arg-type]
+
+    def _request_id(self) -> int:
+        rid = self._next_request_id
+        self._next_request_id += 1
+        return rid

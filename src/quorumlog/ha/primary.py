@@ -1,0 +1,298 @@
+"""The primary's side of primary/backup replication: client appends, streaming, acks, the in-sync set.
+
+Entries are appended as a Raft leader appends them (raft/appends.py: producers, conditional appends,
+one run per call) with the epoch as their term. Each backup is streamed the raw bytes of the log from
+the offset it reported, in frames of at most `ha_transfer_batch_bytes`, and only up to the primary's own
+durable index: a backup never holds an entry its primary could lose in a crash, so within one epoch
+every copy is a prefix of the primary's log.
+
+The commit rule is Kafka's: an entry is committed once it is durable here and every backup of the
+in-sync set (ISR) acked it, and a SYNC append is refused with SLAVE_NOT_AVAILABLE, nothing written, while
+fewer than `min_in_sync` backups are in the set. A backup joins the set once it holds everything
+committed, and leaves it when it falls `max_in_sync_lag` bytes behind or is silent for
+`ha_ack_timeout_ms`; with a controller, leaving takes effect only once the controller recorded it, so a
+backup the controller may promote holds every acknowledged entry. ASYNC commits at the local flush.
+
+A report is trusted only at a frame boundary this primary sent that backup (or, after a handshake, at the
+end of the agreed entry): an offset beyond what was sent, or inside an entry, is refused and counted,
+and the backup must handshake again. It can never make a SYNC append succeed (rocketmq#3015, #1155).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Sequence
+
+from ..config import HaConfig, RaftConfig
+from ..entry import HEADER
+from ..errors import ResponseCode
+from ..raft.appends import AppendRequest, Appends
+from ..raft.producers import ProducerTable
+from ..raft.ready import APPEND, Completion, Ready
+from ..store.base import LogStore
+from .epochs import agreed_end, epoch_list
+from .messages import FRAME_HEADER, HaHandshake, HaReport, HaTransfer, HaTruncate, unpack_epochs
+
+_unpack_header = HEADER.unpack_from
+# Frames in flight to one backup before the primary waits for its acks.
+WINDOW_FRAMES = 8
+
+
+class BackupView:
+    """What the primary knows of one backup."""
+
+    __slots__ = ("id", "streaming", "expect_offset", "expect_index", "next_index", "next_offset", "acked_index",
+                 "acked_offset", "inflight", "heard_ms", "sent_ms", "sent_commit")
+
+    def __init__(self, backup_id: str) -> None:
+        self.id = backup_id
+        self.streaming = False  # handshake done and its first report accepted
+        self.expect_offset = -1  # after a handshake: the report that starts streaming
+        self.expect_index = -1
+        self.next_index = 0  # the next entry to send, at byte next_offset
+        self.next_offset = 0
+        self.acked_index = -1
+        self.acked_offset = -1
+        self.inflight: deque[tuple[int, int]] = deque()  # (end offset, last index) of each frame sent
+        self.heard_ms = -1 << 62
+        self.sent_ms = -1 << 62
+        self.sent_commit = -1
+
+
+class Primary:
+    """The primary of one epoch."""
+
+    def __init__(self, node_id: str, group: str, members: Sequence[str], store: LogStore, cfg: HaConfig,
+                 raft: RaftConfig, epoch: int, producers: ProducerTable, stats: Counter[str], isr: set[str],
+                 now: int) -> None:
+        self.node_id = node_id
+        self.group = group
+        self.store = store
+        self.cfg = cfg
+        self.raft = raft
+        self.epoch = epoch
+        self.stats = stats
+        self.sync = cfg.ack == "sync"
+        self.appends = Appends(store, raft, stats, producers, epoch, node_id)
+        self.backups = {m: BackupView(m) for m in members if m != node_id}
+        self.isr = set(isr) & set(self.backups)  # as recorded (by the controller, or here without one)
+        self.isr_joining: set[str] = set()  # caught up, not recorded yet: counted for commit already
+        self.isr_leaving: set[str] = set()  # to drop once recorded: still counted for commit
+        self.recorded_by_controller = cfg.controller is not None
+        self.refusals: list[str] = []  # the latest refused reports, for the operator's log
+        for b in self.backups.values():
+            b.heard_ms = now  # give every backup a full ack timeout before it counts as silent
+
+    # -- the in-sync set ---------------------------------------------------------------------------
+    @property
+    def commit_set(self) -> set[str]:
+        return self.isr | self.isr_joining
+
+    def wanted_isr(self) -> set[str] | None:
+        """The set to record at the controller, when it differs from the recorded one."""
+        want = (self.isr | self.isr_joining) - self.isr_leaving
+        return want if want != self.isr else None
+
+    def isr_recorded(self, isr: set[str]) -> None:
+        """The controller (or, without one, this primary) recorded `isr`."""
+        self.isr = set(isr) & set(self.backups)
+        self.isr_joining -= self.isr
+        self.isr_leaving &= self.isr
+
+    def available(self) -> bool:
+        return not self.sync or len(self.commit_set - self.isr_leaving) >= self.cfg.min_in_sync
+
+    # -- appends -----------------------------------------------------------------------------------
+    def propose(self, requests: Sequence[AppendRequest], now: int, wall_ms: int, out: Ready) -> None:
+        if not self.available():
+            for r in requests:
+                self.stats["append_slave_not_available"] += 1
+                out.completions.append(Completion(r.request_id, int(ResponseCode.SLAVE_NOT_AVAILABLE), APPEND,
+                                                  term=self.epoch, leader_id=self.node_id))
+            return
+        if self.appends.propose(requests, now, wall_ms, self.store.committed_index, out):
+            out.must_flush = True
+
+    def on_flushed(self, now: int, out: Ready) -> None:
+        self._advance(out)
+        self._stream(now, out)
+
+    def tick(self, now: int, out: Ready) -> None:
+        self._check_isr(now)
+        before = len(out.completions)
+        self.appends.expire(now, out)
+        if self.sync:  # a SYNC append that waited out its time: RocketMQ's FLUSH_SLAVE_TIMEOUT
+            timeout = int(ResponseCode.WAIT_QUORUM_ACK_TIMEOUT)
+            for i in range(before, len(out.completions)):
+                c = out.completions[i]
+                if c.code == timeout:
+                    out.completions[i] = Completion(c.request_id, int(ResponseCode.FLUSH_SLAVE_TIMEOUT), APPEND,
+                                                    c.first_index, c.last_index, c.term, c.positions, c.leader_id)
+        self._advance(out)
+        self._stream(now, out)
+        beat = self.cfg.ha_heartbeat_interval_ms
+        committed = self.store.committed_index
+        for b in self.backups.values():
+            if now - b.sent_ms >= beat or (b.streaming and b.sent_commit < committed):
+                self._send(b, b"", now, out)
+
+    def _check_isr(self, now: int) -> None:
+        timeout = self.cfg.ha_ack_timeout_ms
+        lag_limit = self.cfg.max_in_sync_lag
+        wp = self.store.write_pos
+        committed = self.store.committed_index
+        for bid in self.isr | self.isr_joining:
+            b = self.backups[bid]
+            if now - b.heard_ms > timeout or (b.streaming and wp - b.acked_offset > lag_limit):
+                if bid in self.isr_joining:
+                    self.isr_joining.discard(bid)
+                elif bid not in self.isr_leaving:
+                    self.isr_leaving.add(bid)
+                    self.stats["isr_shrinks"] += 1
+        for bid, b in self.backups.items():
+            if bid not in self.isr and bid not in self.isr_joining and b.streaming \
+                    and now - b.heard_ms <= timeout and b.acked_index >= committed:
+                self.isr_joining.add(bid)
+                self.isr_leaving.discard(bid)
+                self.stats["isr_expands"] += 1
+            elif bid in self.isr_leaving and b.streaming and now - b.heard_ms <= timeout \
+                    and wp - b.acked_offset <= lag_limit:
+                self.isr_leaving.discard(bid)  # back in time before the change was recorded
+        if not self.recorded_by_controller:
+            want = self.wanted_isr()
+            if want is not None:
+                self.isr_recorded(want)
+
+    def _advance(self, out: Ready) -> None:
+        store = self.store
+        commit = store.durable_index
+        if self.sync:
+            for bid in self.commit_set:
+                acked = self.backups[bid].acked_index
+                if acked < commit:
+                    commit = acked
+        if commit > store.committed_index:
+            store.set_committed(commit)
+            self.appends.producers.forget_spans(commit)
+        self.appends.on_commit(store.committed_index, out)
+
+    # -- streaming ---------------------------------------------------------------------------------
+    def _stream(self, now: int, out: Ready) -> None:
+        store = self.store
+        durable = store.durable_index
+        batch = self.cfg.ha_transfer_batch_bytes
+        count = self.raft.push_batch_entries
+        for b in self.backups.values():
+            if not b.streaming:
+                continue
+            while b.next_index <= durable and len(b.inflight) < WINDOW_FRAMES:
+                if b.next_index < store.begin_index:  # expired under it: it must start again
+                    b.streaming = False
+                    break
+                data, n = store.read_raw(b.next_index, min(count, durable - b.next_index + 1), batch)
+                if n == 0:
+                    break
+                end_offset = _end_of_last(data, n)
+                self._send(b, data, now, out)
+                b.next_index += n
+                b.next_offset = end_offset
+                b.inflight.append((end_offset, b.next_index - 1))
+                self.stats["ha_frames_sent"] += 1
+
+    def _send(self, b: BackupView, data: bytes, now: int, out: Ready) -> None:
+        offset = b.next_offset if b.streaming else -1
+        committed = self.store.committed_index
+        out.messages.append(HaTransfer(self.group, self.node_id, b.id, self.epoch, self.node_id, committed,
+                                       FRAME_HEADER.pack(offset, len(data)) + data))
+        b.sent_ms = now
+        b.sent_commit = committed
+
+    # -- messages from backups ---------------------------------------------------------------------
+    def on_handshake(self, m: HaHandshake, now: int, out: Ready) -> None:
+        b = self.backups.get(m.sender)
+        if b is None:
+            return
+        b.streaming = False  # (not heard_ms: only acks keep a backup in the in-sync set)
+        b.inflight.clear()
+        store = self.store
+        try:
+            theirs = unpack_epochs(m.epochs)
+        except ValueError as e:
+            self._refuse(b, f"bad handshake: {e}")
+            return
+        keep = agreed_end(epoch_list(store), theirs)
+        if keep is None:
+            keep = store.begin_index - 1 if m.begin_index <= store.begin_index else -2
+        keep = min(keep, m.end_index, store.end_index)
+        if keep < store.begin_index - 1 or keep < m.begin_index - 1:
+            keep = -2  # nothing usable in common: it restarts at this log's begin
+        b.expect_index = store.begin_index - 1 if keep == -2 else keep
+        b.expect_offset = self._offset_after(b.expect_index)
+        out.messages.append(HaTruncate(self.group, self.node_id, b.id, self.epoch, self.node_id, keep,
+                                       store.begin_index, store.begin_pos, store.begin_chain, store.begin_term))
+        self.stats["ha_handshakes"] += 1
+
+    def on_report(self, m: HaReport, now: int, out: Ready) -> None:
+        b = self.backups.get(m.sender)
+        if b is None:
+            return
+        b.heard_ms = now
+        offset = m.offset
+        if not b.streaming:
+            if b.expect_offset < 0 or offset != b.expect_offset:
+                if b.expect_offset >= 0:
+                    self._refuse(b, f"reported offset {offset} after the handshake, expected {b.expect_offset}")
+                return
+            b.streaming = True
+            b.expect_offset = -1
+            b.next_index = b.expect_index + 1
+            b.next_offset = b.acked_offset = offset
+            b.acked_index = b.expect_index
+            self._stream(now, out)
+            return
+        if offset == b.acked_offset:
+            return  # a keepalive: nothing new is durable there
+        inflight = b.inflight
+        while inflight and inflight[0][0] < offset:
+            inflight.popleft()
+        if not inflight or inflight[0][0] != offset:
+            self._refuse(b, f"reported offset {offset}, which is no frame boundary sent to it (acked "
+                            f"{b.acked_offset}, sent up to {b.next_offset})")
+            return
+        b.acked_offset, b.acked_index = inflight.popleft()
+        self._advance(out)
+        self._stream(now, out)
+
+    def _refuse(self, b: BackupView, reason: str) -> None:
+        """Stop trusting a backup's acks until it handshakes again (it is out of the in-sync set)."""
+        self.stats["ha_refused_reports"] += 1
+        self.refusals = [*self.refusals[-9:], f"{b.id}: {reason}"]
+        b.streaming = False
+        b.expect_offset = -1
+        b.inflight.clear()
+        self.isr_joining.discard(b.id)
+        if b.id in self.isr:
+            self.isr_leaving.add(b.id)
+
+    def _offset_after(self, index: int) -> int:
+        store = self.store
+        if index < store.begin_index:
+            return store.begin_pos
+        raw, _ = store.read_raw(index, 1, 0)
+        return _end_of_last(raw, 1)
+
+    def backup_acked(self, backup: str) -> int:
+        b = self.backups.get(backup)
+        return b.acked_index if b is not None else -1
+
+    def close(self, leader: str | None, out: Ready) -> None:
+        self.appends.step_down(leader, out)
+
+
+def _end_of_last(data: bytes, n: int) -> int:
+    """The byte offset just past the last of `n` encoded entries (pos + size of the last one)."""
+    off = 0
+    for _ in range(n - 1):
+        off += _unpack_header(data, off)[1]
+    h = _unpack_header(data, off)
+    return int(h[4] + h[1])
