@@ -128,6 +128,10 @@ class NodeServer:
                 await self._close_groups()
                 raise StartupError(f"cannot listen on admin address {self.cfg.admin_listen}: {e.strerror or e}") \
                     from None
+        if any(g.ha.controller is not None for g in self.cfg.groups):
+            from .controller import Controller
+
+            self.controller = Controller(self)
         self.links.start()
         self._tasks.append(asyncio.create_task(self._ticker(), name="tick"))
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
@@ -164,6 +168,8 @@ class NodeServer:
             await self._drain(SHUTDOWN_DRAIN_S)
         for t in self._tasks:
             t.cancel()
+        if self.controller is not None:
+            await self.controller.close()
         await self.tails.close()
         await self._close_groups()
         if self.admin is not None:
@@ -192,6 +198,11 @@ class NodeServer:
             await asyncio.sleep(TICK_S)
             for g in self.groups.values():
                 g.tick()
+            if self.controller is not None:
+                try:
+                    self.controller.tick()
+                except Exception:  # a bug: log it, keep the node (and its Raft groups) running
+                    log.exception("controller tick failed")
 
     async def _housekeeping(self) -> None:
         next_cp = {name: 0.0 for name in self.groups}

@@ -1,0 +1,269 @@
+"""The controller (RocketMQ 5's controller mode): a Raft group of the same cluster records, for every
+primary/backup group it controls, the epoch, its primary and its in-sync set (SyncStateSet), and
+promotes an in-sync backup when the primary is gone.
+
+The record is a state machine over the controller group's committed log. Every command is conditional
+(an election names the epoch it replaces, an in-sync change the epoch and primary it belongs to) and is
+applied by every node in log order, so nodes that proposed concurrently, twice, or from a stale view
+cannot disagree: a command whose condition fails is a no-op. Commands are entry bodies of the
+controller group: PREFIX + msgpack [kind, group, prev_epoch, epoch, primary, in-sync set].
+
+On each node, `Controller.tick` applies what the controller group committed, then:
+- makes each hosted primary/backup group follow the record (a new epoch: promote or follow);
+- confirms a primary only by an election committed after this process started; a primary that
+  restarts asks to be elected again, in a new epoch, so a stale one is never confirmed;
+- records its primaries' in-sync changes (a backup leaves the set only once recorded: primary.py);
+- on the controller group's leader, promotes the first live member of the recorded in-sync set when
+  the primary has not been heard (by the controller group's Raft heartbeats) for failover_timeout_ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from ..errors import QuorumLogError, ResponseCode
+from ..ha.node import HaNode
+from ..net.connection import Connection
+from ..net.frames import Frame
+from ..raft.messages import Role
+from .group import Group, now_ms
+
+if TYPE_CHECKING:
+    from .node import NodeServer
+
+log = logging.getLogger("quorumlog.controller")
+
+PREFIX = b"QLCTL1"
+ELECT = "elect"
+ISR = "isr"
+RETRY_MS = 500
+PROMOTE_WAIT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    epoch: int
+    primary: str
+    isr: frozenset[str]
+
+
+def encode_command(kind: str, group: str, prev_epoch: int, epoch: int, primary: str, isr: set[str]) -> bytes:
+    return PREFIX + msgpack.packb([kind, group, prev_epoch, epoch, primary, sorted(isr)])
+
+
+class ControllerState:
+    """The record of one controller group: group -> Assignment, built by applying its commands."""
+
+    def __init__(self, defaults: dict[str, Assignment]) -> None:
+        self.groups = dict(defaults)
+        self.untouched = set(defaults)  # no command applied yet (the defaults stand)
+        self.trust_first = False  # the log's start expired: the first command seen per group stands
+
+    def apply(self, body: bytes) -> str | None:
+        """Apply one command; the group it changed, or None (not a command, or its condition failed)."""
+        if not body.startswith(PREFIX):
+            return None
+        try:
+            kind, group, prev, epoch, primary, isr = msgpack.unpackb(body[len(PREFIX):])
+        except (ValueError, TypeError, msgpack.UnpackException):
+            return None
+        cur = self.groups.get(group)
+        if cur is None:
+            return None
+        blind = self.trust_first and group in self.untouched
+        if kind == ELECT and (blind or (cur.epoch == prev and epoch == prev + 1)):
+            self.groups[group] = Assignment(epoch, primary, frozenset(isr) - {primary})
+        elif kind == ISR and (blind or (cur.epoch == epoch and cur.primary == primary)):
+            self.groups[group] = Assignment(cur.epoch if not blind else epoch, primary, frozenset(isr) - {primary})
+        else:
+            return None
+        self.untouched.discard(group)
+        return group
+
+
+class Controller:
+    """One node's part of the controller: applying the record, acting on it, proposing to it."""
+
+    def __init__(self, node: NodeServer) -> None:
+        self.node = node
+        self.states: dict[str, ControllerState] = {}
+        self.applied: dict[str, int] = {}
+        self.managed: dict[str, str] = {}  # primary/backup group -> its controller group
+        self.start_epoch: dict[str, int] = {}  # the record's epoch per group once replayed at start
+        self._busy: dict[tuple[str, str], int] = {}  # (group, kind) -> when a proposal may go again
+        self._leader_since: dict[str, int] = {}
+        self._clients: dict[str, Any] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        for g in node.cfg.groups:
+            c = g.ha.controller
+            if c is None:
+                continue
+            self.managed[g.name] = c
+            state = self.states.setdefault(c, ControllerState({}))
+            assert g.ha.primary is not None
+            default = Assignment(1, g.ha.primary, frozenset(g.peers) - {g.ha.primary})
+            state.groups[g.name] = default
+            state.untouched.add(g.name)
+            self.applied[c] = -1
+
+    # -- applying the record -----------------------------------------------------------------------
+    def _catch_up(self, ctl: str) -> set[str]:
+        store = self.node.groups[ctl].store
+        state = self.states[ctl]
+        changed: set[str] = set()
+        start = self.applied[ctl] + 1
+        if start < store.begin_index:
+            state.trust_first = True
+            start = store.begin_index
+        committed = store.committed_index
+        while start <= committed:
+            entries = store.read(start, 1024, 1 << 20, include_control=True)
+            if not entries:
+                break
+            for e in entries:
+                if e.index > committed:
+                    break
+                if not e.is_control:
+                    g = state.apply(e.body)
+                    if g is not None:
+                        changed.add(g)
+                start = e.index + 1
+        self.applied[ctl] = start - 1
+        return changed
+
+    def assignment(self, group: str) -> Assignment:
+        return self.states[self.managed[group]].groups[group]
+
+    def tick(self) -> None:
+        now = now_ms()
+        for ctl in self.states:
+            if ctl not in self.node.groups:
+                continue
+            self._catch_up(ctl)
+            for name, c in self.managed.items():
+                if c == ctl and name not in self.start_epoch:
+                    self.start_epoch[name] = self.states[ctl].groups[name].epoch
+        for name in self.managed:
+            g = self.node.groups.get(name)
+            if g is not None and isinstance(g.node, HaNode):
+                self._follow_record(g, g.node, self.assignment(name), now)
+        for ctl in self.states:
+            self._watch(ctl, now)
+
+    def _follow_record(self, g: Group, node: HaNode, a: Assignment, now: int) -> None:
+        me = self.node.node_id
+        if a.epoch > node.epoch:
+            if a.primary == me:
+                g.apply(node.promote(a.epoch, now, set(a.isr)))
+                log.warning("group %s: %s is the primary of epoch %d (controller)", g.name, me, a.epoch)
+            else:
+                g.apply(node.follow(a.epoch, a.primary, now))
+            return
+        if node.primary_id != me or node.primary is None:
+            return
+        if a.epoch == node.epoch and a.primary == me and a.epoch > self.start_epoch.get(g.name, a.epoch):
+            if not node.confirmed:
+                node.confirm(set(a.isr))
+            elif set(a.isr) != node.primary.isr:
+                node.primary.isr_recorded(set(a.isr))
+            want = node.primary.wanted_isr()
+            if want is not None:
+                self._propose(g.name, ISR, encode_command(ISR, g.name, a.epoch, a.epoch, me, want), now)
+        elif not node.confirmed and a.epoch == node.epoch and a.primary == me:
+            # Primary by its own store (a restart): be elected again, in a new epoch, or learn otherwise.
+            self._propose(g.name, ELECT, encode_command(ELECT, g.name, a.epoch, a.epoch + 1, me, set(a.isr)), now)
+
+    # -- failover, on the controller group's leader ---------------------------------------------------
+    def _watch(self, ctl: str, now: int) -> None:
+        cg = self.node.groups.get(ctl)
+        if cg is None or cg.node.role != Role.LEADER or not hasattr(cg.node, "elector"):
+            self._leader_since.pop(ctl, None)
+            return
+        since = self._leader_since.setdefault(ctl, now)
+        me = self.node.node_id
+        elector = cg.node.elector
+        for name, c in self.managed.items():
+            if c != ctl:
+                continue
+            gcfg = self.node.groups[name].cfg.ha if name in self.node.groups else None
+            if gcfg is None or not gcfg.failover:
+                continue
+            timeout = gcfg.failover_timeout_ms
+            if now - since < timeout:
+                continue  # a new controller leader first hears from everyone
+
+            def alive(member: str, timeout: int = timeout) -> bool:
+                return member == me or now - elector.last_heard(member, now) <= timeout
+
+            a = self.states[ctl].groups[name]
+            if alive(a.primary):
+                continue
+            candidates = [m for m in sorted(a.isr) if alive(m)]
+            if not candidates:
+                continue  # no in-sync backup is up: promoting another could lose acknowledged appends
+            new = candidates[0]
+            if self._propose(name, ELECT, encode_command(ELECT, name, a.epoch, a.epoch + 1, new, set(a.isr)), now):
+                log.warning("group %s: primary %s unheard for %d ms: electing %s (epoch %d)", name, a.primary,
+                            timeout, new, a.epoch + 1)
+
+    # -- proposing -----------------------------------------------------------------------------------
+    def _propose(self, group: str, kind: str, body: bytes, now: int) -> bool:
+        key = (group, kind)
+        if self._busy.get(key, 0) > now:
+            return False
+        self._busy[key] = now + RETRY_MS
+        task = asyncio.create_task(self._append(self.managed[group], body))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def _append(self, ctl: str, body: bytes) -> None:
+        client = self._clients.get(ctl)
+        if client is None:
+            from ..client import AsyncClient
+
+            cfg = self.node.cfg
+            peers = next(g.peers for g in cfg.groups if g.name == ctl)
+            client = AsyncClient(",".join(peers.values()), group=ctl, cluster=cfg.cluster, secret=cfg.secret,
+                                 idempotent=False, retry_timeout=2.0, request_timeout=2.0)
+            self._clients[ctl] = client
+        try:
+            await client.append(body)
+        except (QuorumLogError, OSError) as e:
+            log.info("controller %s: proposal not recorded (will retry): %s", ctl, e)
+
+    def promote(self, conn: Connection, f: Frame, g: Group, target: str) -> None:
+        """An operator's promotion of `target`, through the record: answered once it is applied here."""
+        a = self.assignment(g.name)
+        body = encode_command(ELECT, g.name, a.epoch, a.epoch + 1, target, set(a.isr) | {a.primary})
+        task = asyncio.create_task(self._promote(conn, f, g.name, a.epoch, target, body))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _promote(self, conn: Connection, f: Frame, group: str, prev: int, target: str, body: bytes) -> None:
+        await self._append(self.managed[group], body)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + PROMOTE_WAIT_S
+        while loop.time() < deadline:
+            a = self.assignment(group)
+            if a.epoch > prev:
+                if a.primary == target:
+                    conn.respond(f, msgpack.packb((int(ResponseCode.SUCCESS), target, a.epoch)))
+                else:
+                    conn.respond_error(f, ResponseCode.EXPIRED_TERM, f"group {group}: epoch {a.epoch} went to "
+                                       f"{a.primary} first", a.primary)
+                return
+            await asyncio.sleep(0.01)
+        conn.respond_error(f, ResponseCode.TIMEOUT, f"group {group}: the controller did not record the promotion "
+                           f"in {PROMOTE_WAIT_S:.0f}s", None)
+
+    async def close(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        for c in self._clients.values():
+            await c.close()
