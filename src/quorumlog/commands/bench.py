@@ -2,7 +2,9 @@
 
 The bench process is the client (its own process, apart from the nodes). `--local N` starts a local
 cluster of N `quorumlog serve` processes for the run and stops it afterwards; failover is measured only
-then (the bench must be able to SIGKILL the leader).
+then (the bench must be able to SIGKILL the leader). `--replication primary-backup` makes that cluster's
+group a primary/backup group (primary n0, `--ack sync|async`, no controller): its failover is the
+operator's, `promote` of the most up-to-date live backup right after the kill (docs/replication.md).
 """
 
 from __future__ import annotations
@@ -26,12 +28,18 @@ from .client_cmds import add_connection_args
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="measure appends/s, latency and failover", description=(
         "Measure appends/s and MiB/s for a payload size with C connections and K requests in flight each "
-        "(batches of B entries), single-append latency one at a time, and (with --local) failover time: "
-        "SIGKILL the leader, time until the next append succeeds."))
+        "(batches of B entries), single-append latency one at a time, and (with --local) failover time ("
+        "SIGKILL the leader, time until the next append succeeds; a primary/backup group's primary is "
+        "killed and the most up-to-date backup promoted, as an operator would)."))
     add_connection_args(p)
     p.add_argument("--local", type=int, metavar="N", help="start a local cluster of N nodes for the run")
     p.add_argument("--data-dir", help="data directory of the --local cluster (default: a temp dir)")
     p.add_argument("--flush", choices=("sync", "async"), default="sync", help="--local nodes' flush mode")
+    p.add_argument("--replication", choices=("raft", "primary-backup"), default=None,
+                   help="the --local group's replication (default raft)")
+    p.add_argument("--ack", choices=("sync", "async"), default=None,
+                   help="primary-backup: answer once the in-sync backups acked (sync, the default) or at the "
+                        "primary's flush (async)")
     p.add_argument("--size", type=int, default=1024, help="payload bytes per entry (default 1024)")
     p.add_argument("--seconds", type=float, default=10.0, help="throughput phase length (default 10)")
     p.add_argument("--connections", type=int, default=2, help="client connections (default 2)")
@@ -161,6 +169,7 @@ async def _failovers(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
 
     times = []
     ids = [n.node_id for n in cluster.nodes]
+    promote = cluster.replication == "primary-backup"
     async with AsyncClient(cluster.endpoints, args.group, retry_timeout=30) as c:
         for _ in range(args.failovers):
             await c.append(b"before")
@@ -169,6 +178,8 @@ async def _failovers(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
             i = ids.index(leader)
             cluster.kill(i, signal.SIGKILL)
             t = time.perf_counter()
+            if promote:
+                await _promote_best(c, leader)
             await c.append(b"after")
             times.append(time.perf_counter() - t)
             cluster.start(i)
@@ -181,7 +192,29 @@ async def _failovers(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
                     break
                 await asyncio.sleep(0.1)
     return {"rounds": len(times), "median_s": round(statistics.median(times), 3) if times else None,
-            "max_s": round(max(times), 3) if times else None, "all_s": [round(x, 3) for x in times]}
+            "max_s": round(max(times), 3) if times else None, "all_s": [round(x, 3) for x in times],
+            "how": "kill, promote the most up-to-date backup, append" if promote else "kill, election, append"}
+
+
+async def _promote_best(c: Any, dead: str) -> None:
+    """Promote the live backup with the longest log (last epoch, then end index): what an operator
+    running `quorumlog promote` after a primary's crash would pick. Retried briefly: right after the kill
+    a backup may not have answered its status yet."""
+    deadline = time.monotonic() + 10
+    while True:
+        md = await c.metadata(with_nodes=True)
+        live = {n: d for n, d in md.nodes.items() if d is not None and n != dead}
+        if live:
+            best = max(live, key=lambda n: (int(live[n].get("last_epoch", 0)), int(live[n]["end_index"])))
+            try:
+                await c.promote(best)
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+        elif time.monotonic() > deadline:
+            raise RuntimeError(f"no backup answered after the primary {dead} was killed")
+        await asyncio.sleep(0.05)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -191,17 +224,33 @@ def _bench(args: argparse.Namespace) -> int:
     from ..server.cluster import LocalCluster
 
     console = Console(stderr=True)
+    if not args.local and (args.replication is not None or args.ack is not None):
+        console.print("[red]quorumlog bench: --replication and --ack configure the cluster --local starts; "
+                      "a running cluster's group keeps its own settings[/red]")
+        return 2
+    replication = args.replication or "raft"
+    if replication == "raft" and args.ack is not None:
+        console.print("[red]quorumlog bench: --ack applies to --replication primary-backup (a Raft group "
+                      "answers once a majority holds the entry)[/red]")
+        return 2
+    ack = args.ack or "sync"
     result: dict[str, Any] = {"size": args.size, "connections": args.connections, "inflight": args.inflight,
                               "batch": args.batch, "cpus": os.cpu_count()}
+    if args.local:
+        result["replication"] = replication
+        if replication == "primary-backup":
+            result["ack"] = ack
     cluster = None
     tmp = None
     if args.local:
         root = args.data_dir or (tmp := tempfile.mkdtemp(prefix="quorumlog-bench-"))
-        cluster = LocalCluster(Path(root), args.local, 1, flush=args.flush)
+        ha = {"ack": ack} if replication == "primary-backup" else {}
+        cluster = LocalCluster(Path(root), args.local, 1, flush=args.flush, replication=replication, ha=ha)
         cluster.start()
         args.endpoints = cluster.endpoints
         args.group = "g0"
-        result["cluster"] = {"nodes": args.local, "flush": args.flush, "data_dir": str(root)}
+        result["cluster"] = {"nodes": args.local, "flush": args.flush, "data_dir": str(root),
+                             "replication": replication} | ({"ack": ack} if ha else {})
         console.print("waiting for the nodes' segments to be pre-allocated…")
         result["cluster"]["preallocated"] = cluster.wait_preallocated()
         result["disk_fsync"] = fsync_probe(str(root), args.size)
@@ -221,7 +270,8 @@ def _bench(args: argparse.Namespace) -> int:
                 console.print(f"single appends, one at a time ({args.single})…")
                 result["single"] = runner.run(_single(args))
             if cluster is not None and args.failovers > 0:
-                console.print(f"failover: SIGKILL the leader {args.failovers} times…")
+                who = "primary (then promote)" if replication == "primary-backup" else "leader"
+                console.print(f"failover: SIGKILL the {who} {args.failovers} times…")
                 result["failover"] = runner.run(_failovers(args, cluster))
     finally:
         if cluster is not None:
@@ -241,8 +291,10 @@ def _print(r: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    modes = {"raft": "Raft", "primary-backup": f"primary/backup {r.get('ack', '').upper()}"}
+    mode = modes.get(r.get("replication", ""))
     t = Table(title=f"quorumlog bench: {r['size']} B entries, {r['connections']} connections × {r['inflight']} "
-                    f"in flight, batches of {r['batch']}")
+                    f"in flight, batches of {r['batch']}" + (f", {mode}" if mode else ""))
     t.add_column("measure")
     t.add_column("value", justify="right")
     tp = r["throughput"]
@@ -258,5 +310,5 @@ def _print(r: dict[str, Any]) -> None:
         t.add_row("disk pwrite+fdatasync p50 / p99", f"{d['p50_ms']} / {d['p99_ms']} ms")
     if "failover" in r:
         f = r["failover"]
-        t.add_row("failover median / max", f"{f['median_s']} / {f['max_s']} s ({f['rounds']} rounds)")
+        t.add_row(f"failover median / max ({f['how']})", f"{f['median_s']} / {f['max_s']} s ({f['rounds']} rounds)")
     Console().print(t)

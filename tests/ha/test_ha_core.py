@@ -1,0 +1,297 @@
+"""The primary/backup core (ha/) over MemoryStores, driven by a tiny in-test pump: messages are delivered
+at once, in order, unless a node is cut off; flushes run at once unless a node's are held."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import pytest
+
+from quorumlog.config import HaConfig, RaftConfig, StoreConfig
+from quorumlog.errors import ResponseCode
+from quorumlog.ha.epochs import agreed_end, epoch_list
+from quorumlog.ha.messages import HaMessage, HaReport
+from quorumlog.ha.node import HaNode
+from quorumlog.raft.appends import AppendRequest
+from quorumlog.raft.driver import Driver
+from quorumlog.raft.messages import Role
+from quorumlog.raft.ready import Completion, Ready
+from quorumlog.store.memory import MemoryStore
+
+GROUP = "g"
+IDS = ("a", "b", "c")
+RAFT = RaftConfig(max_wait_ack_ms=500)
+STORE = StoreConfig(data_segment_bytes=4096, index_segment_bytes=4096, max_body_bytes=1024, file_reserved_hours=0)
+OK = int(ResponseCode.SUCCESS)
+
+
+def store() -> MemoryStore:
+    return MemoryStore(STORE)
+
+
+class Pump:
+    """HaNodes over MemoryStores, each applied through a real Driver."""
+
+    def __init__(self, ids: tuple[str, ...] = IDS, stores: dict[str, MemoryStore] | None = None, **ha: object) -> None:
+        settings: dict[str, object] = {"replication": "primary-backup", "primary": ids[0],
+                                       "ha_heartbeat_interval_ms": 100, "ha_ack_timeout_ms": 1000, **ha}
+        self.cfg = HaConfig(**settings)  # type: ignore[arg-type]
+        self.ids = ids
+        self.now = 0
+        self.stores = stores if stores is not None else {i: store() for i in ids}
+        self.nodes: dict[str, HaNode] = {}
+        self.drivers: dict[str, Driver] = {}
+        self.queue: deque[HaMessage] = deque()
+        self.cut: set[str] = set()  # nodes whose messages, both ways, are dropped
+        self.drop: Callable[[HaMessage], bool] = lambda m: False
+        self.hold: set[str] = set()  # nodes whose flushes wait for flush()
+        self.flush_wanted: set[str] = set()
+        self.done: dict[int, Completion] = {}
+        self.sent: list[HaMessage] = []
+        self._rid = 0
+        for i in ids:
+            self.start(i)
+
+    def start(self, i: str) -> HaNode:
+        """(Re)start node `i` over its store, as a process does after a crash."""
+        node = self.nodes[i] = HaNode(i, GROUP, list(self.ids), self.stores[i], self.cfg, RAFT, self.now)
+        self.drivers[i] = Driver(node, self.queue.append, self._complete, start_flush=lambda: self.flush_wanted.add(i))
+        self.flush_wanted.discard(i)
+        return node
+
+    def crash(self, i: str) -> HaNode:
+        self.stores[i].crash()
+        return self.start(i)
+
+    def _complete(self, c: Completion) -> None:
+        assert c.request_id not in self.done, f"request {c.request_id} answered twice"
+        self.done[c.request_id] = c
+
+    def apply(self, i: str, ready: Ready) -> None:
+        self.drivers[i].apply(ready, self.now)
+        self.settle()
+
+    def settle(self) -> None:
+        while True:
+            while self.queue:
+                m = self.queue.popleft()
+                self.sent.append(m)
+                if m.sender in self.cut or m.target in self.cut or self.drop(m):
+                    continue
+                self.drivers[m.target].apply(self.nodes[m.target].step(m, self.now), self.now)
+            due = sorted(self.flush_wanted - self.hold)
+            if not due:
+                return
+            for i in due:
+                self.flush(i)
+
+    def flush(self, i: str) -> None:
+        self.flush_wanted.discard(i)
+        d = self.drivers[i]
+        d.flushed(d.node.store.flush(), self.now)
+        self.settle()
+
+    def run(self, ms: int, step: int = 10) -> None:
+        for _ in range(ms // step):
+            self.now += step
+            for i in self.ids:
+                self.apply(i, self.nodes[i].tick(self.now))
+
+    def append(self, i: str, bodies: list[bytes], producer: int = 0, seq: int = -1) -> int:
+        self._rid += 1
+        req = AppendRequest(self._rid, bodies, producer, seq)
+        self.apply(i, self.nodes[i].propose_many([req], self.now, self.now))
+        return self._rid
+
+    def code(self, rid: int) -> int | None:
+        c = self.done.get(rid)
+        return None if c is None else c.code
+
+    def bodies(self, i: str) -> list[bytes]:
+        s = self.stores[i]
+        return [e.body for e in s.read(s.begin_index, 1 << 20, 1 << 30)] if s.end_index >= s.begin_index else []
+
+    def chain(self, i: str, index: int) -> int:
+        s = self.stores[i]
+        raw, n = s.read_raw(index, 1, 1)
+        assert n == 1
+        return int.from_bytes(raw[36:40], "big")
+
+
+def started(**ha: object) -> Pump:
+    """A fresh group whose primary `a` is confirmed and streaming to both backups."""
+    p = Pump(**ha)
+    p.run(100)
+    assert p.nodes["a"].is_leader
+    assert all(b.streaming for b in p.nodes["a"].primary.backups.values())  # type: ignore[union-attr]
+    return p
+
+
+def log_of(terms: list[int], tag: bytes = b"") -> MemoryStore:
+    """A store holding one entry per term listed (bodies e<index>, plus `tag` from its first entry on)."""
+    s = store()
+    for i, t in enumerate(terms):
+        s.append([b"e%d" % i + tag], t)
+    s.flush()
+    return s
+
+
+# -- replication and the commit rule ---------------------------------------------------------------
+def test_fresh_group_replicates_and_commits() -> None:
+    p = Pump()
+    assert not p.nodes["a"].is_leader  # no backup has followed epoch 1 yet
+    p.run(100)
+    rid = p.append("a", [b"x", b"y"])
+    c = p.done[rid]
+    assert c.code == OK and (c.first_index, c.last_index, c.term) == (0, 1, 1)
+    p.run(200)  # heartbeats carry the commit
+    for i in IDS:
+        assert p.bodies(i) == [b"x", b"y"] and p.stores[i].committed_index == 1
+        assert p.chain(i, 1) == p.chain("a", 1)
+    assert p.nodes["b"].role == Role.FOLLOWER and p.nodes["b"].leader_id == "a"
+
+
+def test_sync_append_needs_every_in_sync_backup() -> None:
+    p = started()
+    p.hold.add("c")  # c receives and writes, but never flushes, so never acks
+    rid = p.append("a", [b"x"])
+    assert p.stores["b"].durable_index == 0 and p.stores["c"].end_index == 0
+    assert p.code(rid) is None and p.stores["a"].committed_index == -1
+    p.flush("c")
+    assert p.code(rid) == OK and p.stores["a"].committed_index == 0
+
+
+def test_sync_append_refused_when_backups_fall_silent() -> None:
+    p = started(min_in_sync=1)
+    assert p.code(p.append("a", [b"x"])) == OK
+    p.cut |= {"b", "c"}
+    p.run(p.cfg.ha_ack_timeout_ms + 100)
+    a = p.nodes["a"]
+    assert a.primary is not None and a.primary.isr == set() and a.stats["isr_shrinks"] == 2
+    end = p.stores["a"].end_index
+    rid = p.append("a", [b"y"])
+    assert p.code(rid) == int(ResponseCode.SLAVE_NOT_AVAILABLE) == 601
+    assert p.stores["a"].end_index == end  # nothing written
+    p.cut.clear()
+    p.run(300)  # they handshake again and rejoin: writes succeed again
+    assert a.primary.isr == {"b", "c"} and p.code(p.append("a", [b"z"])) == OK
+    assert p.bodies("b") == [b"x", b"z"]
+
+
+def test_sync_append_refused_when_backups_never_connected() -> None:
+    """With a controller the primary is confirmed by its record; backups that never connect leave the
+    in-sync set after the ack timeout, and effectively so at once, before the controller records it."""
+    p = Pump(controller="ctl", min_in_sync=1)
+    p.cut |= {"b", "c"}
+    a = p.nodes["a"]
+    a.confirm({"b", "c"})
+    p.run(p.cfg.ha_ack_timeout_ms - 100)
+    assert a.primary is not None and a.primary.wanted_isr() is None
+    p.run(200)
+    assert a.primary.wanted_isr() == set() and a.primary.isr == {"b", "c"}  # leaving, not yet recorded
+    rid = p.append("a", [b"x"])
+    assert p.code(rid) == int(ResponseCode.SLAVE_NOT_AVAILABLE)
+    assert p.stores["a"].end_index == -1
+    a.confirm(set())
+    assert p.code(p.append("a", [b"y"])) == int(ResponseCode.SLAVE_NOT_AVAILABLE) and p.stores["a"].end_index == -1
+
+
+def test_sync_append_times_out_when_an_in_sync_backup_stops_acking() -> None:
+    p = started()
+    p.hold.add("c")  # alive (its heartbeat reports keep it in the set) but its flushes never end
+    rid = p.append("a", [b"x"])
+    p.run(RAFT.max_wait_ack_ms - 10)
+    assert p.code(rid) is None
+    p.run(20)
+    c = p.done[rid]
+    assert c.code == int(ResponseCode.FLUSH_SLAVE_TIMEOUT) == 600 and c.first_index == 0
+    assert p.stores["a"].committed_index == -1 and "c" in p.nodes["a"].primary.commit_set  # type: ignore[union-attr]
+
+
+def test_async_append_is_answered_after_the_local_flush() -> None:
+    p = started(ack="async")
+    p.cut |= {"b", "c"}  # no backup acks anything
+    p.hold.add("a")
+    rid = p.append("a", [b"x"])
+    p.run(50)
+    assert p.code(rid) is None and p.stores["a"].committed_index == -1
+    p.flush("a")
+    assert p.code(rid) == OK and p.stores["a"].committed_index == 0
+
+
+@pytest.mark.parametrize("where", ["beyond_sent", "inside_entry"])
+def test_report_not_at_a_sent_frame_boundary_is_refused(where: str) -> None:
+    p = started()
+    p.hold.add("b")  # b holds the frame but does not ack it; c acks
+    rid = p.append("a", [b"x" * 100])
+    a, sa = p.nodes["a"], p.stores["a"]
+    assert sa.durable_index == 0 and p.stores["b"].end_index == 0
+    offset = sa.write_pos + 148 if where == "beyond_sent" else 10
+    p.apply("a", a.step(HaReport(GROUP, "b", "a", a.epoch, "a", offset), p.now))
+    assert a.stats["ha_refused_reports"] == 1
+    assert a.primary is not None and a.primary.refusals[-1].startswith(f"b: reported offset {offset}")
+    assert sa.committed_index == -1 and p.code(rid) is None and a.primary.backup_acked("b") == -1
+    p.flush("b")  # b's real ack arrives now, but b must handshake again before it is trusted
+    assert sa.committed_index == -1 and p.code(rid) is None
+    p.run(10)  # b left the in-sync set (recorded at once without a controller): c's ack commits it
+    assert p.code(rid) == OK and a.primary.isr == {"c"}
+    p.hold.clear()
+    p.run(1000)  # b handshakes again, catches up and rejoins
+    assert a.primary.isr == {"b", "c"} and a.primary.backups["b"].streaming
+    assert p.code(p.append("a", [b"y"])) == OK and p.bodies("b") == [b"x" * 100, b"y"]
+
+
+# -- where a backup's log and its primary's agree --------------------------------------------------
+def test_epoch_list_and_agreed_end() -> None:
+    assert epoch_list(log_of([1, 1, 2, 2, 2, 5])) == [(1, 1), (2, 4), (5, 5)]
+    assert epoch_list(store()) == []
+    primary = [(1, 5), (2, 9)]
+    assert agreed_end(primary, [(1, 7)]) == 5  # entries 6, 7 of epoch 1 never reached the new primary
+    assert agreed_end(primary, [(1, 5), (2, 12)]) == 9  # a longer log of the same epoch: cut to ours
+    assert agreed_end(primary, [(1, 3)]) == 3  # a prefix: nothing to cut
+    assert agreed_end(primary, [(1, 4), (3, 8)]) == 4  # epoch 3 was never the primary's
+    assert agreed_end(primary, []) is None and agreed_end(primary, [(0, 2)]) is None
+
+
+def test_divergent_tail_of_an_old_epoch_is_cut() -> None:
+    # a leads epoch 2 with entries 0..5 of epoch 1 and 6..9 of its own; b holds 0..5, and 6, 7 of epoch 1
+    # that a never had (an old primary wrote them); c holds the same history as a up to 7.
+    stores = {"a": log_of([1] * 6 + [2] * 4), "b": log_of([1] * 6), "c": log_of([1] * 6 + [2] * 2)}
+    for i in (6, 7):
+        stores["b"].append([b"old%d" % i], 1)
+    stores["b"].flush()
+    for s in stores.values():
+        s.save_vote(2, "a")
+    p = Pump(stores=stores)
+    p.run(100)
+    assert p.nodes["b"].stats["ha_truncated_entries"] == 2 and p.nodes["c"].stats["ha_truncated_entries"] == 0
+    assert p.nodes["a"].is_leader and p.code(p.append("a", [b"new"])) == OK
+    for i in IDS:
+        assert p.stores[i].end_index == 10 and p.chain(i, 10) == p.chain("a", 10)
+    assert epoch_list(p.stores["b"]) == [(1, 5), (2, 10)]
+
+
+def test_wiped_backup_streams_from_the_first_entry() -> None:
+    stores = {"a": log_of([1] * 8), "b": log_of([1] * 8), "c": store()}  # c's disk was replaced
+    p = Pump(stores=stores)
+    p.run(100)
+    assert p.nodes["c"].stats["ha_resets"] == 0 and p.nodes["a"].stats["ha_frames_sent"] >= 1
+    assert p.code(p.append("a", [b"x"])) == OK
+    assert p.bodies("c") == p.bodies("a") and p.chain("c", 8) == p.chain("a", 8)
+
+
+def test_backup_behind_the_primary_begin_is_reset() -> None:
+    a = log_of([1] * 40, tag=b"." * 200)  # ~10 entries per 4 KiB segment
+    a.set_committed(a.end_index)
+    assert a.expire(a.end_index, 1.0) > 0
+    begin = a.begin_index
+    b = log_of([1] * 3, tag=b"." * 200)  # the same first entries, long expired on a
+    c = log_of([1] * 40, tag=b"." * 200)
+    assert begin > 3 and b.chain_at if hasattr(b, "chain_at") else True
+    p = Pump(stores={"a": a, "b": b, "c": c})
+    p.run(100)
+    assert p.nodes["b"].stats["ha_resets"] == 1 and p.nodes["c"].stats["ha_resets"] == 0
+    assert p.stores["b"].begin_index == begin and p.stores["b"].begin_chain == a.begin_chain
+    assert p.code(p.append("a", [b"x"])) == OK
+    assert p.stores["b"].end_index == 40 and p.chain("b", 40) == p.chain("a", 40)
