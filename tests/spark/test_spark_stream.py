@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from quorumlog.client import Client
@@ -104,9 +105,16 @@ def test_restart_from_checkpoint_reads_each_entry_once(spark: SparkSession, shar
     assert got == want
 
 
+@pytest.mark.parametrize("replication", ["raft", "primary-backup"])
 def test_leader_killed_during_a_query_loses_and_repeats_nothing(spark: SparkSession, new_cluster: Any,
-                                                                tmp_path: Path) -> None:
-    cluster: LocalCluster = new_cluster(1)
+                                                                tmp_path: Path, replication: str) -> None:
+    """The leader (Raft) or primary (primary/backup, SYNC, failed over by its controller) is SIGKILLed
+    while a streaming query reads from any replica: every acknowledged entry is read exactly once."""
+    if replication == "raft":
+        cluster: LocalCluster = new_cluster(1)
+    else:
+        cluster = new_cluster(1, replication=replication, ha={"ack": "sync", "controller": "ctl",
+                                                               "failover_timeout_ms": 800})
     acked: list[tuple[int, bytes]] = []
     stop = threading.Event()
     errors: list[BaseException] = []
