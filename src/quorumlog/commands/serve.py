@@ -36,6 +36,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="data segment size in MiB (default 64: a laptop-sized cluster; nodes default to 1024)")
     p.add_argument("--secret", help="shared secret for every node")
     p.add_argument("--log-level", default="WARNING", help="log level of the nodes (default WARNING)")
+    p.add_argument("--replication", choices=("raft", "primary-backup"), default="raft",
+                   help="raft (default), or primary-backup with n0 the first primary (docs/replication.md)")
+    p.add_argument("--ack", choices=("sync", "async"), default="sync", help="primary-backup: when producers are "
+                   "answered (sync: once the in-sync backups have the entry; default)")
+    p.add_argument("--controller", action="store_true",
+                   help="primary-backup: add a Raft controller group 'ctl' for automatic failover")
     p.set_defaults(func=_local_cluster)
 
 
@@ -53,4 +59,5 @@ def _local_cluster(args: argparse.Namespace) -> int:
 
     return run_local_cluster(nodes=args.nodes, groups=args.groups, data_dir=args.data_dir,
                              base_port=args.base_port, flush=args.flush, secret=args.secret,
-                             log_level=args.log_level, segment_mb=args.segment_mb)
+                             log_level=args.log_level, segment_mb=args.segment_mb, replication=args.replication,
+                             ha={"ack": args.ack, **({"controller": "ctl"} if args.controller else {})})

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from ..ha.node import HaNode
 from ..raft.messages import Role
 from .metrics import Exposition
 from .peers import split_address
@@ -110,6 +111,16 @@ def render_metrics(node: NodeServer) -> str:
                              match, **lab, peer=p)
                     x.sample("quorumlog_peer_lag_entries", "gauge", "entries a peer is behind the leader's end",
                              max(0, s.end_index - match), **lab, peer=p)
+        if isinstance(raft, HaNode):
+            x.sample("quorumlog_ha_epoch", "gauge", "primary/backup: the epoch this node follows or leads", raft.epoch,
+                     **lab)
+            if raft.primary is not None:
+                prim = raft.primary
+                x.sample("quorumlog_ha_in_sync_backups", "gauge", "primary/backup: backups in the recorded in-sync set",
+                         len(prim.isr), **lab)
+                for b in prim.backups.values():
+                    x.sample("quorumlog_ha_backup_lag_bytes", "gauge", "primary/backup: bytes a backup has not acked",
+                             max(0, s.write_pos - max(b.acked_offset, 0)), **lab, peer=b.id)
         for name, value in sorted(raft.stats.items()):
             x.sample("quorumlog_raft_events_total", "counter", "Raft core event counters", value, **lab, event=name)
     return x.render()

@@ -209,14 +209,16 @@ class LocalCluster:
 
 
 def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int, flush: str = "sync",
-                      secret: str | None = None, log_level: str = "WARNING", segment_mb: int = 64) -> int:
+                      secret: str | None = None, log_level: str = "WARNING", segment_mb: int = 64,
+                      replication: str = "raft", ha: Mapping[str, Any] | None = None) -> int:
     """Start the cluster, print where it is, wait for Ctrl-C/SIGTERM, stop every node."""
     from rich.console import Console
 
     console = Console()
     # Index segments sized to hold as many entries as a data segment of ~200-byte entries would.
     store = {"data_segment_bytes": segment_mb << 20, "index_segment_bytes": 32 * max(1, (segment_mb << 20) // 200)}
-    cluster = LocalCluster(Path(data_dir), nodes, groups, base_port, flush, secret, log_level, store=store)
+    cluster = LocalCluster(Path(data_dir), nodes, groups, base_port, flush, secret, log_level, store=store,
+                           replication=replication, ha=dict(ha or {}) if replication != "raft" else {})
     for node in cluster.nodes:
         for port in (node.port, node.admin_port):
             with socket.socket() as probe:
@@ -234,8 +236,10 @@ def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int,
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         cluster.start()
+        settings = ", ".join(f"{k} {v}" for k, v in cluster.ha.items())
+        mode = "raft" if replication == "raft" else f"primary-backup ({settings})"
         console.print(f"[bold]quorumlog local cluster[/bold]: {nodes} nodes, groups {', '.join(cluster.group_names)}, "
-                      f"flush {flush}, data in {data_dir}")
+                      f"{mode}, flush {flush}, data in {data_dir}")
         for node in cluster.nodes:
             console.print(f"  {node.node_id}  {node.address}  admin {node.admin_url}/status  "
                           f"pid {node.proc.pid if node.proc else '-'}  log {node.log_path}")
