@@ -1,0 +1,62 @@
+"""The primary/backup settings of a [[group]] table: names, defaults, and the errors of a bad config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from quorumlog.config import load_node_config
+from quorumlog.errors import ConfigError
+
+BASE = 'id = "n0"\ndata_dir = "d"\n'
+PEERS = 'peers = "n0=127.0.0.1:1,n1=127.0.0.1:2,n2=127.0.0.1:3"\n'
+
+
+def _load(tmp_path: Path, groups: str) -> object:
+    p = tmp_path / "node.toml"
+    p.write_text(BASE + groups)
+    return load_node_config(p)
+
+
+def test_a_primary_backup_group_reads_its_keys_and_defaults(tmp_path: Path) -> None:
+    cfg = _load(tmp_path, '[[group]]\nname = "g0"\n' + PEERS + 'replication = "primary-backup"\nprimary = "n1"\n'
+                          'ack = "async"\nha_transfer_batch_bytes = 65536\n'
+                          '[[group]]\nname = "g1"\n' + PEERS)
+    g0, g1 = cfg.groups  # type: ignore[attr-defined]
+    assert g0.ha.primary_backup and g0.ha.primary == "n1" and g0.ha.ack == "async"
+    assert g0.ha.ha_transfer_batch_bytes == 65536 and g0.ha.min_in_sync == 1
+    assert g0.ha.controller is None and not g0.ha.failover
+    assert not g1.ha.primary_backup and g1.ha.replication == "raft"
+
+
+def test_a_controller_turns_automatic_failover_on_unless_told_otherwise(tmp_path: Path) -> None:
+    ctl = '[[group]]\nname = "ctl"\n' + PEERS
+    on = _load(tmp_path, ctl + '[[group]]\nname = "g0"\n' + PEERS +
+               'replication = "primary-backup"\nprimary = "n0"\ncontroller = "ctl"\n')
+    assert on.groups[1].ha.failover  # type: ignore[attr-defined]
+    off = _load(tmp_path, ctl + '[[group]]\nname = "g0"\n' + PEERS +
+                'replication = "primary-backup"\nprimary = "n0"\ncontroller = "ctl"\nauto_failover = false\n')
+    assert not off.groups[1].ha.failover  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ('replication = "primary-backup"\n', "needs primary"),
+    ('replication = "primary-backup"\nprimary = "n9"\n', "needs primary"),
+    ('replication = "primary-backup"\nprimary = "n0"\nmin_in_sync = 3\n', "exceeds its 2 backups"),
+    ('replication = "chain"\n', "replication must be"),
+    ('replication = "primary-backup"\nprimary = "n0"\nack = "quorum"\n', "ack must be"),
+    ('primary = "n0"\n', "primary-backup groups only"),
+    ('replication = "primary-backup"\nprimary = "n0"\ncontroller = "nope"\n', "must be a Raft group"),
+    ('replication = "primary-backup"\nprimary = "n0"\nha_heartbeat_interval_ms = 0\n', "must be positive"),
+])
+def test_bad_primary_backup_settings_are_refused_with_a_clear_error(tmp_path: Path, extra: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _load(tmp_path, '[[group]]\nname = "g0"\n' + PEERS + extra)
+
+
+def test_a_controller_must_hold_every_member(tmp_path: Path) -> None:
+    ctl = '[[group]]\nname = "ctl"\npeers = "n0=127.0.0.1:1,n1=127.0.0.1:2"\n'
+    with pytest.raises(ConfigError, match="every member must also be a member"):
+        _load(tmp_path, ctl + '[[group]]\nname = "g0"\n' + PEERS +
+              'replication = "primary-backup"\nprimary = "n0"\ncontroller = "ctl"\n')
