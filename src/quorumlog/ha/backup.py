@@ -37,6 +37,7 @@ class Backup:
         self.producers = producers
         self.stats = stats
         self.streaming = False
+        self.streaming_since = now
         self.next_try = now
         self.heard_ms = now
         self.reported_ms = now
@@ -75,7 +76,7 @@ class Backup:
             self.producers.truncate_after(m.keep_index)
         self.frames.clear()
         self.streaming = True
-        self.heard_ms = now
+        self.streaming_since = self.heard_ms = now
         if store.durable_index >= store.end_index:
             self._report(store.write_pos, now, out)
         else:  # report once what is left is durable
@@ -94,6 +95,13 @@ class Backup:
         if not self.streaming:
             if offset >= 0:
                 self.next_try = now  # it streams to a handshake we no longer wait for: ask again
+            return
+        if offset < 0 and now - self.streaming_since > self.cfg.ha_heartbeat_interval_ms:
+            # The primary no longer streams to us (it restarted, refused a report, or our entries expired
+            # under us): handshake again now rather than after the silence timeout.
+            self.stats["ha_restarts_by_primary"] += 1
+            self.streaming = False
+            self.next_try = now
             return
         if size:
             if offset != store.write_pos or size != len(frame) - FRAME_HEADER.size:

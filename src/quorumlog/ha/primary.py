@@ -230,6 +230,7 @@ class Primary:
         b.expect_offset = self._offset_after(b.expect_index)
         out.messages.append(HaTruncate(self.group, self.node_id, b.id, self.epoch, self.node_id, keep,
                                        store.begin_index, store.begin_pos, store.begin_chain, store.begin_term))
+        b.sent_ms = now  # no heartbeat right behind it: it would say "not streaming" before the report lands
         self.stats["ha_handshakes"] += 1
 
     def on_report(self, m: HaReport, now: int, out: Ready) -> None:
