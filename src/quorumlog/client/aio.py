@@ -563,8 +563,8 @@ class AsyncClient:
                                    ResponseCode.EXPIRED_TERM)
         addr = mine["peers"][target]
         try:
-            r = await self._call(addr, Op.PROMOTE, PROMOTE_REQUEST.encode(self.group, target, epoch), PROMOTE_RESPONSE,
-                                 timeout=max(self.request_timeout, 10.0))
+            body = PROMOTE_REQUEST.encode(self.group, target, epoch, force)
+            r = await self._call(addr, Op.PROMOTE, body, PROMOTE_RESPONSE, timeout=max(self.request_timeout, 10.0))
         except ResponseError as e:
             raise error_for(e.code, e.reason, e.leader) from None
         self._leader_addr = None

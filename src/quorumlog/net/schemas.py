@@ -100,7 +100,8 @@ LEADERSHIP_TRANSFER_REQUEST = _req(Op.LEADERSHIP_TRANSFER, ("group", GROUP), ("t
 LEADERSHIP_TRANSFER_RESPONSE = _resp(Op.LEADERSHIP_TRANSFER, ("leader", OPT_STR), ("term", INT))
 # Make `target` the primary of a primary/backup group in epoch `epoch` (through the controller, when
 # the group has one: the epoch is then the controller's next).
-PROMOTE_REQUEST = _req(Op.PROMOTE, ("group", GROUP), ("target", NODE_ID), ("epoch", Int(0, I64_MAX, "epoch")))
+PROMOTE_REQUEST = _req(Op.PROMOTE, ("group", GROUP), ("target", NODE_ID), ("epoch", Int(0, I64_MAX, "epoch")),
+                       ("force", BOOL))
 PROMOTE_RESPONSE = _resp(Op.PROMOTE, ("primary", OPT_STR), ("epoch", INT))
 
 # --- Raft peer messages -----------------------------------------------------------------------------

@@ -94,7 +94,9 @@ class Controller:
         self.states: dict[str, ControllerState] = {}
         self.applied: dict[str, int] = {}
         self.managed: dict[str, str] = {}  # primary/backup group -> its controller group
-        self.start_epoch: dict[str, int] = {}  # the record's epoch per group once replayed at start
+        # The epoch each hosted group's node had at start: only an election above it confirms a primary,
+        # so a primary that restarts is always elected again (a stale view never confirms it).
+        self.loaded_epoch = {name: g.node.epoch for name, g in node.groups.items() if isinstance(g.node, HaNode)}
         self._busy: dict[tuple[str, str], int] = {}  # (group, kind) -> when a proposal may go again
         self._leader_since: dict[str, int] = {}
         self._clients: dict[str, Any] = {}
@@ -145,9 +147,6 @@ class Controller:
             if ctl not in self.node.groups:
                 continue
             self._catch_up(ctl)
-            for name, c in self.managed.items():
-                if c == ctl and name not in self.start_epoch:
-                    self.start_epoch[name] = self.states[ctl].groups[name].epoch
         for name in self.managed:
             g = self.node.groups.get(name)
             if g is not None and isinstance(g.node, HaNode):
@@ -166,7 +165,7 @@ class Controller:
             return
         if node.primary_id != me or node.primary is None:
             return
-        if a.epoch == node.epoch and a.primary == me and a.epoch > self.start_epoch.get(g.name, a.epoch):
+        if a.epoch == node.epoch and a.primary == me and a.epoch > self.loaded_epoch.get(g.name, a.epoch):
             if not node.confirmed:
                 node.confirm(set(a.isr))
             elif set(a.isr) != node.primary.isr:
@@ -237,10 +236,19 @@ class Controller:
         except (QuorumLogError, OSError) as e:
             log.info("controller %s: proposal not recorded (will retry): %s", ctl, e)
 
-    def promote(self, conn: Connection, f: Frame, g: Group, target: str) -> None:
-        """An operator's promotion of `target`, through the record: answered once it is applied here."""
+    def promote(self, conn: Connection, f: Frame, g: Group, target: str, force: bool) -> None:
+        """An operator's promotion of `target`, through the record: answered once it is applied here.
+        A target outside the recorded in-sync set may lack acknowledged entries: refused unless forced."""
         a = self.assignment(g.name)
-        body = encode_command(ELECT, g.name, a.epoch, a.epoch + 1, target, set(a.isr) | {a.primary})
+        if target == a.primary:
+            conn.respond(f, msgpack.packb((int(ResponseCode.SUCCESS), target, a.epoch)))
+            return
+        if target not in a.isr and not force:
+            conn.respond_error(f, ResponseCode.EXPIRED_TERM, f"group {g.name}: {target} is not in the in-sync set "
+                               f"{sorted(a.isr)} the controller recorded; pass --force to accept losing what it "
+                               "lacks", a.primary)
+            return
+        body = encode_command(ELECT, g.name, a.epoch, a.epoch + 1, target, set(a.isr))
         task = asyncio.create_task(self._promote(conn, f, g.name, a.epoch, target, body))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -317,7 +317,7 @@ class NodeServer:
             return _packb((SUCCESS, self.status(r.group)))
         if op == Op.PROMOTE:
             r = PROMOTE_REQUEST.decode(f.body)
-            return self._promote(conn, f, self._group(r.group), r.target, r.epoch)
+            return self._promote(conn, f, self._group(r.group), r.target, r.epoch, r.force)
         if op == Op.LEADERSHIP_TRANSFER:
             r = LEADERSHIP_TRANSFER_REQUEST.decode(f.body)
             g = self._group(r.group)
@@ -349,14 +349,14 @@ class NodeServer:
         if g.enqueue_append(conn, f, bodies, single, producer, seq, None if expected_end == -2 else expected_end):
             self._kick(g)
 
-    def _promote(self, conn: Connection, f: Frame, g: Group, target: str, epoch: int) -> bytes | None:
+    def _promote(self, conn: Connection, f: Frame, g: Group, target: str, epoch: int, force: bool) -> bytes | None:
         node = g.node
         if not isinstance(node, HaNode):
             raise QuorumLogError(f"group {g.name} is a Raft group: use LEADERSHIP_TRANSFER", ResponseCode.UNSUPPORTED)
         if target not in g.peers:
             raise QuorumLogError(f"{target!r} is not a member of group {g.name}", ResponseCode.UNKNOWN_MEMBER)
         if self.controller is not None and g.cfg.ha.controller is not None:
-            self.controller.promote(conn, f, g, target)  # answered once the controller recorded it
+            self.controller.promote(conn, f, g, target, force)  # answered once the controller recorded it
             return None
         if target != self.node_id:
             raise QuorumLogError(f"send the promotion to {target} itself (this is {self.node_id})",
