@@ -107,8 +107,10 @@ class HaConfig:
     min_in_sync: int = 1  # backups that must be in sync (and ack) for a SYNC append to succeed
     max_in_sync_lag: int = 16 * MiB  # bytes a backup may be behind and stay in the in-sync set
     ha_transfer_batch_bytes: int = 1 * MiB
-    ha_heartbeat_interval_ms: int = 1000
-    ha_ack_timeout_ms: int = 3000  # a backup silent this long leaves the in-sync set
+    # A backup reports at least every heartbeat interval; one silent for ha_ack_timeout_ms leaves the
+    # in-sync set, before the appends waiting for it time out (max_wait_ack_ms, 2.5 s by default).
+    ha_heartbeat_interval_ms: int = 500
+    ha_ack_timeout_ms: int = 2000
     controller: str | None = None  # the Raft group that holds epochs and in-sync sets
     auto_failover: bool | None = None  # default: true when a controller is configured
     failover_timeout_ms: int = 1000
@@ -124,6 +126,9 @@ class HaConfig:
                      "failover_timeout_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
+        if self.ha_ack_timeout_ms <= self.ha_heartbeat_interval_ms:
+            raise ConfigError("ha_ack_timeout_ms must exceed ha_heartbeat_interval_ms (an idle backup reports "
+                              "once per heartbeat interval)")
 
     @property
     def primary_backup(self) -> bool:

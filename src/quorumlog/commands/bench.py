@@ -200,6 +200,8 @@ async def _promote_best(c: Any, dead: str) -> None:
     """Promote the live backup with the longest log (last epoch, then end index): what an operator
     running `quorumlog promote` after a primary's crash would pick. Retried briefly: right after the kill
     a backup may not have answered its status yet."""
+    from ..errors import QuorumLogError
+
     deadline = time.monotonic() + 10
     while True:
         md = await c.metadata(with_nodes=True)
@@ -209,12 +211,21 @@ async def _promote_best(c: Any, dead: str) -> None:
             try:
                 await c.promote(best)
                 return
-            except Exception:
+            except (QuorumLogError, OSError):
                 if time.monotonic() > deadline:
                     raise
         elif time.monotonic() > deadline:
             raise RuntimeError(f"no backup answered after the primary {dead} was killed")
         await asyncio.sleep(0.05)
+
+
+def _warm_up(args: argparse.Namespace) -> None:
+    """One append through every replica of a new primary/backup group (retried until the primary is
+    confirmed by its backups)."""
+    from ..client import Client
+
+    with Client(args.endpoints, args.group, retry_timeout=60.0) as c:
+        c.append(b"warm-up")
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -242,19 +253,23 @@ def _bench(args: argparse.Namespace) -> int:
             result["ack"] = ack
     cluster = None
     tmp = None
-    if args.local:
-        root = args.data_dir or (tmp := tempfile.mkdtemp(prefix="quorumlog-bench-"))
-        ha = {"ack": ack} if replication == "primary-backup" else {}
-        cluster = LocalCluster(Path(root), args.local, 1, flush=args.flush, replication=replication, ha=ha)
-        cluster.start()
-        args.endpoints = cluster.endpoints
-        args.group = "g0"
-        result["cluster"] = {"nodes": args.local, "flush": args.flush, "data_dir": str(root),
-                             "replication": replication} | ({"ack": ack} if ha else {})
-        console.print("waiting for the nodes' segments to be pre-allocated…")
-        result["cluster"]["preallocated"] = cluster.wait_preallocated()
-        result["disk_fsync"] = fsync_probe(str(root), args.size)
     try:
+        if args.local:
+            root = args.data_dir or (tmp := tempfile.mkdtemp(prefix="quorumlog-bench-"))
+            ha = {"ack": ack} if replication == "primary-backup" else {}
+            cluster = LocalCluster(Path(root), args.local, 1, flush=args.flush, replication=replication, ha=ha)
+            cluster.start()
+            args.endpoints = cluster.endpoints
+            args.group = "g0"
+            result["cluster"] = {"nodes": args.local, "flush": args.flush, "data_dir": str(root),
+                                 "replication": replication} | ({"ack": ack} if ha else {})
+            if replication == "primary-backup":
+                # A store writes its first segment (and starts the spare) at its first entry: a Raft leader
+                # appends a NOOP when elected, a primary writes nothing until a client does.
+                _warm_up(args)
+            console.print("waiting for the nodes' segments to be pre-allocated…")
+            result["cluster"]["preallocated"] = cluster.wait_preallocated()
+            result["disk_fsync"] = fsync_probe(str(root), args.size)
         from ..net.loop import loop_factory
 
         with asyncio.Runner(loop_factory=loop_factory()) as runner:

@@ -175,8 +175,9 @@ class HaNode:
         out = Ready()
         if epoch <= self.epoch and not (epoch == self.epoch and self.primary_id == self.node_id):
             raise ValueError(f"epoch {epoch} is not above this node's epoch {self.epoch}")
-        if isr is not None:
-            self.isr = set(isr)
+        # Without a record of who is in sync (a manual promotion), backups join as they prove they hold
+        # everything this node starts with: none is waited for that may be dead (the old primary).
+        self.isr = set(isr) if isr is not None else set()
         self._enter(epoch, self.node_id, now_ms, out)
         self.confirmed = True
         return out

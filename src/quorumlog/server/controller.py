@@ -206,7 +206,8 @@ class Controller:
             if not candidates:
                 continue  # no in-sync backup is up: promoting another could lose acknowledged appends
             new = candidates[0]
-            if self._propose(name, ELECT, encode_command(ELECT, name, a.epoch, a.epoch + 1, new, set(a.isr)), now):
+            isr = set(candidates)  # the dead stay out: the new primary would wait for them
+            if self._propose(name, ELECT, encode_command(ELECT, name, a.epoch, a.epoch + 1, new, isr), now):
                 log.warning("group %s: primary %s unheard for %d ms: electing %s (epoch %d)", name, a.primary,
                             timeout, new, a.epoch + 1)
 
