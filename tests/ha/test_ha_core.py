@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
 from quorumlog.config import HaConfig, RaftConfig, StoreConfig
 from quorumlog.errors import ResponseCode
 from quorumlog.ha.epochs import agreed_end, epoch_list
-from quorumlog.ha.messages import HaMessage, HaReport
+from quorumlog.ha.messages import FRAME_HEADER, HaMessage, HaReport, HaTransfer, HaTruncate
 from quorumlog.ha.node import HaNode
 from quorumlog.raft.appends import AppendRequest
 from quorumlog.raft.driver import Driver
@@ -33,11 +34,13 @@ def store() -> MemoryStore:
 class Pump:
     """HaNodes over MemoryStores, each applied through a real Driver."""
 
-    def __init__(self, ids: tuple[str, ...] = IDS, stores: dict[str, MemoryStore] | None = None, **ha: object) -> None:
+    def __init__(self, ids: tuple[str, ...] = IDS, stores: dict[str, MemoryStore] | None = None,
+                 raft: RaftConfig = RAFT, **ha: object) -> None:
         settings: dict[str, object] = {"replication": "primary-backup", "primary": ids[0],
                                        "ha_heartbeat_interval_ms": 100, "ha_ack_timeout_ms": 1000, **ha}
         self.cfg = HaConfig(**settings)  # type: ignore[arg-type]
         self.ids = ids
+        self.raft = raft
         self.now = 0
         self.stores = stores if stores is not None else {i: store() for i in ids}
         self.nodes: dict[str, HaNode] = {}
@@ -55,7 +58,7 @@ class Pump:
 
     def start(self, i: str) -> HaNode:
         """(Re)start node `i` over its store, as a process does after a crash."""
-        node = self.nodes[i] = HaNode(i, GROUP, list(self.ids), self.stores[i], self.cfg, RAFT, self.now)
+        node = self.nodes[i] = HaNode(i, GROUP, list(self.ids), self.stores[i], self.cfg, self.raft, self.now)
         self.drivers[i] = Driver(node, self.queue.append, self._complete, start_flush=lambda: self.flush_wanted.add(i))
         self.flush_wanted.discard(i)
         return node
@@ -119,9 +122,9 @@ class Pump:
         return int.from_bytes(raw[36:40], "big")
 
 
-def started(**ha: object) -> Pump:
+def started(raft: RaftConfig = RAFT, **ha: object) -> Pump:
     """A fresh group whose primary `a` is confirmed and streaming to both backups."""
-    p = Pump(**ha)
+    p = Pump(raft=raft, **ha)
     p.run(100)
     assert p.nodes["a"].is_leader
     assert all(b.streaming for b in p.nodes["a"].primary.backups.values())  # type: ignore[union-attr]
@@ -221,6 +224,8 @@ def test_async_append_is_answered_after_the_local_flush() -> None:
 
 
 @pytest.mark.parametrize("where", ["beyond_sent", "inside_entry"])
+
+
 def test_report_not_at_a_sent_frame_boundary_is_refused(where: str) -> None:
     p = started()
     p.hold.add("b")  # b holds the frame but does not ack it; c acks
@@ -348,7 +353,7 @@ def test_restarted_primary_takes_writes_once_a_backup_follows_its_epoch() -> Non
     assert p.code(p.append("a", [b"y"])) == OK and p.bodies("b") == p.bodies("c") == [b"x", b"y"]
 
 
-def test_restarted_primary_with_a_controller_waits_for_its_record() -> None:
+def test_restarted_primary_with_a_controller_waits_for_it() -> None:
     p = Pump(controller="ctl")
     p.nodes["a"].confirm({"b", "c"})
     p.run(100)
@@ -356,17 +361,18 @@ def test_restarted_primary_with_a_controller_waits_for_its_record() -> None:
     a = p.crash("a")
     p.run(500)  # backups follow epoch 1 and report, but only the controller confirms
     assert not a.is_leader and p.code(p.append("a", [b"y"])) == int(ResponseCode.LEADER_NOT_READY)
-    a.confirm({"b", "c"})
-    assert p.code(p.append("a", [b"y"])) == OK
+    p.apply("a", a.promote(2, p.now, {"b", "c"}))  # the controller elects it again (server/controller.py)
+    p.run(100)  # the backups learn epoch 2 from its messages
+    assert a.is_leader and p.nodes["b"].epoch == p.nodes["c"].epoch == 2
+    assert p.code(p.append("a", [b"y"])) == OK and p.bodies("b") == p.bodies("c") == [b"x", b"y"]
 
 
 def test_promoted_backup_answers_producer_duplicates_from_its_log() -> None:
     p = started()
     assert p.code(p.append("a", [b"p0"], producer=9, seq=0)) == OK
-    p.drop = lambda m: False
     rid = p.append("a", [b"p1a", b"p1b"], producer=9, seq=1)
     first = p.done[rid].first_index
-    assert p.code(rid) == OK  # ... but say the answer never reached the client
+    assert p.code(rid) == OK  # ... but say the answer never reached the client, which retries
     p.cut.add("a")
     p.stores["b"].crash()  # b restarts: its producer table is rebuilt from the log
     b = p.start("b")
@@ -382,3 +388,146 @@ def test_promoted_backup_answers_producer_duplicates_from_its_log() -> None:
     assert p.code(p.append("b", [b"p0"], producer=9, seq=0)) == OK and p.stores["b"].end_index == end
     assert p.code(p.append("b", [b"p3"], producer=9, seq=3)) == int(ResponseCode.OUT_OF_ORDER_SEQUENCE)
     assert p.code(p.append("b", [b"p2"], producer=9, seq=2)) == OK and p.stores["b"].end_index == end + 1
+
+
+# -- found by the simulator: python -m quorumlog.sim --mode pb --seeds N fails with the fix undone --
+def test_sync_append_is_not_acknowledged_by_the_primary_alone() -> None:
+    """Seed 1: once the in-sync set shrank to nothing, "acked by every in-sync backup" held vacuously,
+    so appends written while backups were in sync were answered SUCCESS with no backup holding them."""
+    p = started(ha_ack_timeout_ms=200)
+    p.cut |= {"b", "c"}
+    rid = p.append("a", [b"x"])
+    p.run(300)  # both backups left the in-sync set; the entry is durable on a alone
+    a = p.nodes["a"]
+    assert a.primary is not None and a.primary.isr == set() and p.stores["a"].durable_index == 0
+    assert p.code(rid) is None and p.stores["a"].committed_index == -1
+    p.run(RAFT.max_wait_ack_ms)
+    assert p.code(rid) == int(ResponseCode.FLUSH_SLAVE_TIMEOUT)
+    p.cut.clear()
+    p.run(300)  # a backup is back in sync: the entry commits with it
+    assert a.primary.isr == {"b", "c"} and p.stores["a"].committed_index == 0 == p.stores["b"].committed_index
+
+
+def test_joining_backup_leaves_the_commit_set_only_through_the_controller() -> None:
+    """Seed 0: with a controller, a joining backup (counted for commit, its addition asked for) that fell
+    silent was dropped without a record while the request adding it could still land (an answer lost, a
+    retry): the recorded set then held a backup lacking acknowledged entries, which may be promoted."""
+    p = Pump(controller="ctl", ha_ack_timeout_ms=200)
+    a = p.nodes["a"]
+    a.confirm({"b"})
+    p.run(50)
+    pa = a.primary
+    assert pa is not None and pa.isr_joining == {"c"} and pa.wanted_isr() == {"b", "c"}
+    p.cut.add("c")  # the controller records {b, c}, but its answer is lost; then c falls silent
+    p.run(300)
+    rid = p.append("a", [b"x"])
+    assert "c" in pa.commit_set and p.code(rid) is None and p.stores["a"].committed_index == -1
+    a.confirm({"b", "c"})  # the answer arrives at last: c leaves like any in-sync backup
+    p.run(10)
+    assert pa.wanted_isr() == {"b"} and p.code(rid) is None
+    a.confirm({"b"})
+    p.run(10)
+    assert p.code(rid) == OK and pa.commit_set == {"b"}
+
+
+def test_backup_joins_the_in_sync_set_only_holding_the_log_the_primary_started_with() -> None:
+    """Seed 8: a new primary's commit index can be behind what was acknowledged (a restart reloads it
+    from a checkpoint), so "holds everything committed" let an empty backup join the in-sync set, and the
+    controller could then promote it. A joiner must hold the log the primary started its epoch with, as
+    in Kafka (the leader epoch's start offset)."""
+    p = Pump(controller="ctl", ha_ack_timeout_ms=200)
+    a = p.nodes["a"]
+    a.confirm({"b", "c"})
+    p.cut.add("c")
+    p.run(300)
+    assert a.primary is not None and a.primary.wanted_isr() == {"b"}
+    a.confirm({"b"})  # the controller recorded c's leaving
+    assert p.code(p.append("a", [b"x"])) == OK
+    p.cut = {"a"}  # a is gone; b restarts, and its commit index with it (no checkpoint yet)
+    b = p.crash("b")
+    assert p.stores["b"].end_index == 0 and p.stores["b"].committed_index == -1
+    p.apply("b", b.promote(2, p.now, isr=set()))  # the controller elects b; c is not in the recorded set
+    p.apply("c", p.nodes["c"].follow(2, "b", p.now))
+    p.hold.add("c")  # c writes what it is streamed, but has acked none of it yet
+    p.run(20)
+    assert b.primary is not None and b.primary.backups["c"].streaming and p.stores["c"].durable_index == -1
+    assert b.primary.wanted_isr() is None  # c lacks entry 0, acknowledged in epoch 1
+    p.hold.clear()
+    p.flush("c")
+    p.run(10)
+    assert b.primary.wanted_isr() == {"c"}
+
+
+def test_commit_never_ends_inside_a_request() -> None:
+    """Seed 58: frames end anywhere, so acks, and with them the commit, could end inside a producer's
+    multi-entry request; a backup promoted holding only its start cut it as a torn tail (cut_partial_tail),
+    rewriting entries others had committed. A request commits whole."""
+    p = started(raft=replace(RAFT, push_batch_entries=2), ha_ack_timeout_ms=200)
+    p.cut.add("c")
+    p.run(300)  # c left the in-sync set: b's acks alone commit
+
+    def second_frame_to_b(m: HaMessage) -> bool:
+        return isinstance(m, HaTransfer) and m.target == "b" and FRAME_HEADER.unpack_from(m.frame)[0] > 0
+
+    p.drop = second_frame_to_b
+    rid = p.append("a", [b"r0", b"r1", b"r2"], producer=7, seq=0)
+    a = p.nodes["a"].primary
+    assert a is not None and a.isr == {"b"} and a.backup_acked("b") == 1  # the frame of entries 0, 1
+    assert p.stores["a"].committed_index == -1 and p.code(rid) is None
+    p.drop = lambda m: False
+    p.run(300)  # b handshakes again and gets the rest
+    assert p.code(rid) == OK and p.stores["a"].committed_index == 2
+
+
+def test_backup_ignores_a_truncate_answering_an_earlier_handshake() -> None:
+    """Seed 7 with --faults all: a backup applied any truncate arriving while it waited for one, so a
+    late answer to an earlier handshake (a retry, a duplicate) cut entries it had acked since, even
+    committed ones, on a member of the in-sync set."""
+    p = started()
+    assert p.code(p.append("a", [b"x", b"y"])) == OK
+    p.run(20)  # the commit reaches the backups
+    first_frame = next(m for m in p.sent if isinstance(m, HaTransfer) and m.target == "b" and len(m.frame) > 12)
+    first_truncate = next(m for m in p.sent if isinstance(m, HaTruncate) and m.target == "b")
+    assert first_truncate.keep_index == -1
+    b = p.nodes["b"]
+    assert b.backup is not None and p.stores["b"].committed_index == 1
+    p.apply("b", b.step(first_frame, p.now))  # a frame again: not where its log ends, so it handshakes again
+    assert not b.backup.streaming
+    p.apply("b", b.step(first_truncate, p.now))  # ... and the answer to its first handshake arrives late
+    assert p.bodies("b") == [b"x", b"y"] and p.stores["b"].committed_index == 1
+    assert b.stats["ha_stale_truncates"] == 1
+    p.run(300)  # the answer to its latest handshake: streaming again
+    assert b.backup.streaming and p.code(p.append("a", [b"z"])) == OK and p.bodies("b") == [b"x", b"y", b"z"]
+
+
+def test_backup_follows_a_forced_promotion_that_lost_committed_entries() -> None:
+    """The stale-truncate guard must not assume committed entries are in every later primary: a forced
+    promotion (an operator's, outside the in-sync set) may lack some, and the backups must follow it."""
+    p = started(ha_ack_timeout_ms=200)
+    assert p.code(p.append("a", [b"x"])) == OK
+    p.cut.add("c")
+    p.run(300)  # c left the in-sync set
+    assert p.code(p.append("a", [b"y"])) == OK
+    p.run(50)
+    assert p.stores["b"].committed_index == 1 and p.bodies("c") == [b"x"]
+    p.cut = {"a"}
+    p.apply("c", p.nodes["c"].promote(2, p.now, isr={"b"}))  # forced: c lacks y
+    p.apply("b", p.nodes["b"].follow(2, "c", p.now))
+    p.run(300)
+    b = p.nodes["b"]
+    assert b.stats["ha_stale_truncates"] == 0 and b.stats["ha_truncated_entries"] == 1
+    assert b.backup is not None and b.backup.streaming and p.bodies("b") == [b"x"]
+    assert p.code(p.append("c", [b"z"])) == OK and p.bodies("b") == [b"x", b"z"]
+
+
+def test_backup_notices_a_lost_last_frame_from_the_next_heartbeat() -> None:
+    """Seed 86 with --faults all: a lost frame was noticed only when a later frame arrived, so after the
+    last one was lost the backup stayed in sync acking nothing new, and nothing committed again."""
+    p = started()
+    p.drop = lambda m: isinstance(m, HaTransfer) and m.target == "b" and len(m.frame) > FRAME_HEADER.size
+    rid = p.append("a", [b"x"])
+    p.drop = lambda m: False
+    assert p.code(rid) is None and p.stores["b"].end_index == -1
+    p.run(2 * p.cfg.ha_heartbeat_interval_ms)  # a heartbeat names the offset a sent up to: b asks again
+    assert p.nodes["b"].stats["ha_frames_out_of_order"] == 1
+    assert p.code(rid) == OK and p.bodies("b") == [b"x"]

@@ -43,6 +43,9 @@ class Backup:
         self.reported_ms = now
         self.reported = -1
         self.frames: deque[tuple[int, int]] = deque()  # (last index, end offset) written, not yet acked
+        # The log up to here is known to be the primary's (agreed or streamed; entries of its epoch are its
+        # own, streamed once durable): a truncate cutting below it answers an earlier handshake.
+        self.held = store.end_index if store.end_term == epoch else store.begin_index - 1
 
     def tick(self, now: int, out: Ready) -> None:
         if self.primary is None:
@@ -64,7 +67,11 @@ class Backup:
         if m.sender != self.primary or self.streaming:
             return
         store = self.store
-        if m.keep_index == -2 or m.keep_index < store.begin_index - 1:
+        reset = m.keep_index == -2 or m.keep_index < store.begin_index - 1
+        if (m.begin_index - 1 if reset else m.keep_index) < min(self.held, store.end_index):
+            self.stats["ha_stale_truncates"] += 1  # a late answer (a retry, a duplicate): wait for the latest
+            return
+        if reset:
             if store.end_index >= store.begin_index or store.begin_index != m.begin_index:
                 store.discard_after(store.begin_index - 1)
                 store.reset(m.begin_index, m.begin_pos, m.begin_chain, m.begin_term)
@@ -77,6 +84,7 @@ class Backup:
         self.frames.clear()
         self.streaming = True
         self.streaming_since = self.heard_ms = now
+        self.held = store.end_index
         if store.durable_index >= store.end_index:
             self._report(store.write_pos, now, out)
         else:  # report once what is left is durable
@@ -103,12 +111,13 @@ class Backup:
             self.streaming = False
             self.next_try = now
             return
+        if offset >= 0 and offset != store.write_pos or size != len(frame) - FRAME_HEADER.size:
+            # Out of order, or (a heartbeat names where the primary's frames end) a frame was lost.
+            self.stats["ha_frames_out_of_order"] += 1
+            self.streaming = False
+            self.next_try = now
+            return
         if size:
-            if offset != store.write_pos or size != len(frame) - FRAME_HEADER.size:
-                self.stats["ha_frames_out_of_order"] += 1
-                self.streaming = False
-                self.next_try = now
-                return
             try:
                 metas = store.append_encoded_metas(memoryview(frame)[FRAME_HEADER.size:])[1]
             except CorruptEntryError as e:
@@ -119,6 +128,7 @@ class Backup:
                 return
             if metas:
                 self.producers.record_metas(metas)
+            self.held = store.end_index
             self.stats["ha_frames_written"] += 1
             self.frames.append((store.end_index, store.write_pos))
             out.must_flush = True

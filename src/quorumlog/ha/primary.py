@@ -80,6 +80,9 @@ class Primary:
         self.isr_leaving: set[str] = set()  # to drop once recorded: still counted for commit
         self.recorded_by_controller = cfg.controller is not None
         self.refusals: list[str] = []  # the latest refused reports, for the operator's log
+        # Every acknowledged entry of an earlier epoch is in the log it starts with (its commit index may be
+        # behind): a backup joins the in-sync set only holding all of it (Kafka's leader epoch start offset).
+        self.start_index = store.end_index
         for b in self.backups.values():
             b.heard_ms = now  # give every backup a full ack timeout before it counts as silent
 
@@ -145,13 +148,16 @@ class Primary:
             b = self.backups[bid]
             if now - b.heard_ms > timeout or (b.streaming and wp - b.acked_offset > lag_limit):
                 if bid in self.isr_joining:
-                    self.isr_joining.discard(bid)
+                    # With a controller its joining may be recorded already (an answer lost, a request in
+                    # flight): it stays counted, and leaves once recorded, like any in-sync backup.
+                    if not self.recorded_by_controller:
+                        self.isr_joining.discard(bid)
                 elif bid not in self.isr_leaving:
                     self.isr_leaving.add(bid)
                     self.stats["isr_shrinks"] += 1
         for bid, b in self.backups.items():
             if bid not in self.isr and bid not in self.isr_joining and b.streaming \
-                    and now - b.heard_ms <= timeout and b.acked_index >= committed:
+                    and now - b.heard_ms <= timeout and b.acked_index >= max(committed, self.start_index):
                 self.isr_joining.add(bid)
                 self.isr_leaving.discard(bid)
                 self.stats["isr_expands"] += 1
@@ -167,10 +173,15 @@ class Primary:
         store = self.store
         commit = store.durable_index
         if self.sync:
+            if len(self.commit_set) < self.cfg.min_in_sync:
+                commit = -1  # fewer copies than promised: nothing more commits until a backup is in sync
             for bid in self.commit_set:
                 acked = self.backups[bid].acked_index
                 if acked < commit:
                     commit = acked
+            span = self.appends.producers.span_at(commit)
+            if span is not None and commit < span[1]:
+                commit = span[0] - 1  # acks may end inside a request; it commits whole (producers.py)
         if commit > store.committed_index:
             store.set_committed(commit)
             self.appends.producers.forget_spans(commit)
@@ -271,7 +282,8 @@ class Primary:
         b.streaming = False
         b.expect_offset = -1
         b.inflight.clear()
-        self.isr_joining.discard(b.id)
+        if not self.recorded_by_controller:  # (with one, a joiner leaves through the record: _check_isr)
+            self.isr_joining.discard(b.id)
         if b.id in self.isr:
             self.isr_leaving.add(b.id)
 

@@ -58,6 +58,11 @@ class NodeStore(FileStore):
             self._raw_cache.clear()
             super().truncate_after(index)
 
+    def discard_after(self, index: int) -> None:
+        with self.io_lock:
+            self._raw_cache.clear()
+            super().discard_after(index)
+
     def reset(self, begin_index: int, begin_pos: int, begin_chain: int, begin_term: int) -> None:
         with self.io_lock:
             self._raw_cache.clear()

@@ -1,0 +1,499 @@
+"""A seeded simulation of a primary/backup group (ha/): HaNodes over MemoryStores, a virtual clock, the
+Raft simulator's network (FIFO per link as TCP is, unless "reorder"), lagging flushes, crashes (losing
+the unflushed tail), pauses, idempotent SYNC clients, and a controller: a linearizable register (version,
+epoch, primary, in-sync set) at an endpoint, "ctl", that partitions cut off like a member (the real one is
+a Raft group, server/controller.py). Members poll it; a primary's in-sync changes are compare-and-set on
+the version it last saw, one in flight at a time; a primary is confirmed only by an election above the
+epoch it started with; one unheard for failover_timeout_ms is replaced by a live in-sync member.
+
+Checked every step: (a) an append answered SUCCESS was durable on min_in_sync backups, is in the committed
+log at its index, term, position and body, and is held by the recorded primary and in-sync set (running or
+crashed); (b) one confirmed primary per epoch, the recorded one; (c) committed prefixes agree byte for byte
+(chain CRC), with the Raft checker's log matching and leader completeness. After each heal, all caught up.
+
+    python -m quorumlog.sim --mode pb --seeds 0:1000 --steps 2000 [--nodes 5] [--no-controller] [--faults all]
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import random
+import sys
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..config import HaConfig, RaftConfig, StoreConfig
+from ..errors import ResponseCode
+from ..ha.messages import FRAME_HEADER, HaHandshake, HaTransfer, unpack_epochs
+from ..ha.node import HaNode
+from ..raft.appends import AppendRequest
+from ..raft.driver import Driver
+from ..raft.ready import APPEND, Completion, Ready
+from ..store.base import LogStore
+from ..store.memory import MemoryStore
+from .checker import Checker, InvariantViolation, chain_at, header_at
+from .cluster import SIM_RETRY_MS, Proposal, SimProducer
+from .network import LinkFaults, Network, partition_links
+from .runner import SeedResult, parse_seeds
+
+GROUP, CTL = "pb", "ctl"
+PB_FAULTS = ("drop", "delay", "partition", "crash", "pause", "disk")
+EXTRA_FAULTS = ("reorder", "dup")  # beyond what TCP does: the protocol must stay safe, if slower
+POLL_MS = 50  # members poll the controller this often
+
+PB_HA = HaConfig(replication="primary-backup", primary="n0", controller=CTL, min_in_sync=1,  # fast timers
+                 max_in_sync_lag=32 * 1024, ha_transfer_batch_bytes=2048, ha_heartbeat_interval_ms=40,
+                 ha_ack_timeout_ms=300, failover_timeout_ms=400)
+PB_RAFT = RaftConfig(max_pending_requests=32, max_wait_ack_ms=400, push_batch_entries=8, push_batch_bytes=2048)
+PB_STORE = StoreConfig(data_segment_bytes=16 * 1024, index_segment_bytes=32 * 1024, max_body_bytes=4096)
+
+
+class Links(Network):
+    """The Raft simulator's network, but FIFO per link (TCP) unless `reorder`."""
+
+    def __init__(self, rng: random.Random) -> None:
+        super().__init__(rng)
+        self.reorder = False
+        self.last: dict[tuple[str, str], int] = {}  # link -> when its latest message lands
+
+    def send(self, msg: Any, now: int) -> bool:
+        f, rng, link = self.faults, self.rng, (msg.sender, msg.target)
+        self.sent += 1
+        if link in self.blocked or (f.drop and rng.random() < f.drop):
+            self.dropped += 1
+            return False
+        for _ in range(2 if f.duplicate and rng.random() < f.duplicate else 1):
+            at = now + rng.randint(f.min_delay_ms, f.max_delay_ms)
+            if not self.reorder:
+                at = self.last[link] = max(at, self.last.get(link, 0))
+            self._seq += 1
+            heapq.heappush(self._heap, (at, self._seq, msg))
+        return True
+
+
+@dataclass(slots=True)
+class PbConfig:
+    nodes: int = 3
+    steps: int = 1000
+    step_ms: int = 10
+    faults: tuple[str, ...] = PB_FAULTS
+    controller: bool = True
+    window_steps: int = 500
+    trace_len: int = 200
+    ha: HaConfig = PB_HA
+    raft: RaftConfig = PB_RAFT
+
+
+@dataclass(frozen=True, slots=True)
+class Ctl:
+    """To the controller: alive; `record` isr if still at `version`; or `elect` me again. From it: the register."""
+
+    sender: str
+    target: str
+    version: int
+    epoch: int
+    primary: str = ""
+    isr: frozenset[str] = frozenset()
+    record: bool = False
+    elect: bool = False
+
+
+@dataclass(slots=True)
+class Member:
+    id: str
+    store: MemoryStore
+    node: HaNode | None = None
+    driver: Driver | None = None
+    incarnation: int = 0
+    down_until: int | None = None
+    paused_until: int | None = None
+    flush_at: int | None = None
+    backlog: list[Any] = field(default_factory=list)
+    seen: int = 0  # the newest register version this incarnation heard
+    loaded_epoch: int = 0  # its epoch at start: only an election above it confirms it
+    cas: Ctl | None = None  # its in-sync change in flight, resent until a newer version is seen
+
+
+class PbChecker(Checker):
+    """The Raft simulator's checks, with (a) held by the recorded primary and in-sync set, not a majority."""
+
+    def __init__(self, cluster: PbCluster) -> None:
+        super().__init__(cluster.ids, lambda i: cluster.members[i].store if cluster.members[i].node else None)
+        self.stopped_store = lambda i: cluster.members[i].store
+        self.cluster = cluster
+
+    def _check_end(self, node: str, store: LogStore) -> None:
+        """Log matching at durable ends: a primary restarted in its epoch (no controller) rewrites the
+        unflushed tail it lost, which nobody else held (only durable entries are streamed)."""
+        if (d := store.durable_index) >= store.begin_index:
+            h = header_at(store, d)
+            if self.end_entries.setdefault((d, h[3]), h[6]) != h[6]:
+                raise InvariantViolation(f"log matching: {node} holds entry {d} of epoch {h[3]}, differently")
+
+    def _check_acked_majority(self) -> None:
+        idx, c = self.max_acked, self.cluster
+        if idx < 0 or idx >= len(self.ref):
+            return
+        for i in sorted({c.reg.primary, *c.reg.isr} if c.cfg.controller else {c.ids[0]}):
+            s = c.members[i].store
+            if chain_at(s, idx) != self.ref_chain[idx] or s.durable_index < idx:
+                raise InvariantViolation(f"{i} (recorded {'primary' if i == c.reg.primary else 'in sync'}) lacks "
+                                         f"acknowledged entries up to {idx}: durable end {s.durable_index}")
+
+
+class PbCluster:
+    def __init__(self, seed: int, cfg: PbConfig) -> None:
+        self.seed, self.cfg = seed, cfg
+        self.rng, self.faults = random.Random(seed), set(cfg.faults)
+        self.ids = [f"n{i}" for i in range(cfg.nodes)]
+        self.ha = replace(cfg.ha, primary=self.ids[0], controller=CTL if cfg.controller else None)
+        self.time = self.step_no = self.partition_until = 0
+        self.net = Links(random.Random(self.rng.getrandbits(64)))
+        self.trace: deque[tuple[int, str, object]] = deque(maxlen=cfg.trace_len)
+        self.stats: Counter[str] = Counter()
+        self.reg = Ctl(CTL, "", 1, 1, self.ids[0], frozenset(self.ids[1:]))  # the register; its history:
+        self.primaries = {1: self.ids[0]}
+        self.heard = {i: 0 for i in self.ids}  # when the controller last heard each member
+        self.members = {i: Member(i, MemoryStore(PB_STORE)) for i in self.ids}
+        self.outstanding: dict[tuple[str, int, int], Proposal] = {}
+        self.producers = [SimProducer(pid) for pid in (5, 1 << 40, (1 << 63) - 1)]
+        self.next_rid = 1
+        self.heal_started: int | None = None
+        self.checker = PbChecker(self)
+        for m in self.members.values():
+            self._start(m)
+
+    # -- members -------------------------------------------------------------------------------
+    def _start(self, m: Member) -> None:
+        i = m.id
+        node = m.node = HaNode(i, GROUP, self.ids, m.store, self.ha, self.cfg.raft, self.time)
+        m.driver = Driver(node, self._send, lambda c: self._complete(i, c),
+                          lambda ch: self._trace(i, f"{ch.role.name} epoch {ch.term} primary {ch.leader_id}"),
+                          lambda: self._start_flush(m))
+        m.incarnation += 1
+        m.down_until = m.cas = None
+        m.seen, m.loaded_epoch = 0, node.epoch
+
+    def crash(self, m: Member, until: int) -> None:
+        m.node = m.driver = m.flush_at = m.paused_until = None
+        m.backlog, m.down_until = [], until
+        m.store.crash()
+        self.outstanding = {k: p for k, p in self.outstanding.items() if k[0] != m.id}  # outcome unknown
+        self.stats["crashes"] += 1
+        self._trace(m.id, f"CRASH until {until}; durable end {m.store.end_index}")
+
+    def _apply(self, m: Member, ready: Ready) -> None:
+        assert m.driver is not None
+        m.driver.apply(ready, self.time)
+
+    def _start_flush(self, m: Member) -> None:
+        assert m.driver is not None
+        if "disk" in self.faults and self.rng.random() < 0.6:
+            m.flush_at = self.time + self.rng.randint(1, 3) * self.cfg.step_ms
+        else:
+            m.driver.flushed(m.store.flush(), self.time)
+
+    def _send(self, msg: Any) -> None:
+        if self.net.send(msg, self.time):
+            self.trace.append((self.time, "send", msg))
+
+    def _trace(self, who: str, text: str) -> None:
+        self.trace.append((self.time, who, text))
+
+    def format_trace(self) -> str:
+        return "\n".join(f"{t:>8} {'net' if who == 'send' else who:<4} {describe(what) if who == 'send' else what}"
+                         for t, who, what in self.trace)
+
+    # -- the controller ----------------------------------------------------------------------------
+    def _ctl_receive(self, p: Ctl) -> None:
+        self.heard[p.sender] = self.time
+        r = self.reg
+        if (p.epoch, p.sender) == (r.epoch, r.primary):
+            if p.elect:
+                self._elect(p.sender, r.isr)
+            elif p.record and p.version == r.version:
+                self.reg = replace(r, version=r.version + 1, isr=p.isr)
+                self.stats["ctl_isr_changes"] += 1
+                self._trace(CTL, f"RECORD v{r.version + 1} in-sync {sorted(p.isr)}")
+        self._send(replace(self.reg, target=p.sender))
+
+    def _failover(self) -> None:
+        t, r = self.time, self.reg
+        if t - self.heard[r.primary] > self.ha.failover_timeout_ms:
+            live = sorted(i for i in r.isr if t - self.heard[i] <= 2 * POLL_MS)
+            if live:  # else wait: a member outside the in-sync set may lack acknowledged appends
+                self.stats["failovers"] += 1
+                self._elect(self.rng.choice(live), frozenset(live))  # (the dead stay out, as in controller.py)
+
+    def _elect(self, new: str, isr: frozenset[str]) -> None:
+        r = self.reg
+        self.reg = replace(r, version=r.version + 1, epoch=r.epoch + 1, primary=new, isr=isr - {new})
+        self.primaries[r.epoch + 1] = new
+        self._trace(CTL, f"ELECT {new} in epoch {r.epoch + 1}, in-sync {sorted(self.reg.isr)}")
+        for i in self.ids:
+            self._send(replace(self.reg, target=i))
+
+    def _on_state(self, m: Member, s: Ctl) -> None:
+        node = m.node
+        if node is None or s.version < m.seen:
+            return  # overtaken by a newer answer (the same one again repeats a lost request below)
+        m.seen = s.version
+        if m.cas is not None and s.version > m.cas.version:
+            m.cas = None  # settled: recorded, or the register moved on without it
+        if s.epoch > node.epoch:
+            self._apply(m, node.promote(s.epoch, self.time, set(s.isr)) if s.primary == m.id
+                        else node.follow(s.epoch, s.primary, self.time))
+        elif (s.epoch, s.primary) == (node.epoch, m.id) and node.primary is not None:
+            if s.epoch > m.loaded_epoch:
+                node.confirm(set(s.isr))
+            elif not node.confirmed:  # a primary by its own store (a restart): be elected again
+                self._send(Ctl(m.id, CTL, m.seen, node.epoch, elect=True))
+
+    def _poll(self, m: Member, node: HaNode) -> None:
+        if m.cas is None and node.primary is not None and node.confirmed:
+            want = node.primary.wanted_isr()
+            if want is not None:
+                m.cas = Ctl(m.id, CTL, m.seen, node.epoch, isr=frozenset(want), record=True)
+        self._send(m.cas or Ctl(m.id, CTL, m.seen, node.epoch))
+
+    # -- clients -------------------------------------------------------------------------------
+    def _clients(self) -> None:
+        """A producer sends a new numbered request, or every unanswered one again, in order (a retry)."""
+        rng = self.rng
+        m = self.members[self.reg.primary if rng.random() < 0.9 else rng.choice(self.ids)]  # they know the primary
+        if m.node is None or m.paused_until is not None or rng.random() >= 0.4:
+            return
+        p = rng.choice(self.producers)
+        if p.unacked and self.time - p.since > SIM_RETRY_MS:  # it gives up, and goes on under a new id
+            p.retire(rng.getrandbits(63) or 1)
+        if len(p.unacked) < 4 and rng.random() < 0.7:
+            if not p.unacked:
+                p.since = self.time
+            seqs = [p.next_seq]
+            p.unacked[p.next_seq] = [b"p%d-%d-%d" % (p.pid, p.next_seq, j) + b"." * rng.randint(0, 200)
+                                     for j in range(rng.randint(1, 4))]
+            p.next_seq += 1
+        else:
+            seqs = sorted(p.unacked)
+        for seq in seqs:
+            if seq not in p.unacked or m.node is None:
+                continue  # answered meanwhile (or the producer retired), or the member crashed
+            rid, self.next_rid = self.next_rid, self.next_rid + 1
+            self.outstanding[(m.id, m.incarnation, rid)] = Proposal(APPEND, p.unacked[seq], self.time, p, p.pid, seq)
+            self._trace(m.id, f"PROPOSE #{rid} producer {p.pid} seq {seq}")
+            self._apply(m, m.node.propose_many([AppendRequest(rid, p.unacked[seq], p.pid, seq)], self.time,
+                                               self.time))
+
+    def _complete(self, i: str, c: Completion) -> None:
+        m = self.members[i]
+        p = self.outstanding.pop((i, m.incarnation, c.request_id), None)
+        if p is None:
+            raise InvariantViolation(f"{i} answered request {c.request_id} twice, or one it never had")
+        code = ResponseCode(c.code)
+        self.stats[f"append_{code.name}"] += 1
+        self._trace(i, f"COMPLETE #{c.request_id} {code.name} {c.first_index}..{c.last_index} e{c.term}")
+        producer = p.producer if p.producer is not None and p.producer.pid == p.pid else None
+        if code == ResponseCode.SUCCESS:
+            self._on_ack(m, c, p.bodies)
+            if producer is not None:
+                producer.unacked.pop(p.seq, None)
+                producer.since = self.time
+        elif producer and code in (ResponseCode.UNKNOWN_PRODUCER, ResponseCode.SEQUENCE_TOO_OLD) and producer.unacked:
+            producer.retire(self.rng.getrandbits(63) or 1)  # the primary forgot it: go on under a new id
+
+    def _on_ack(self, m: Member, c: Completion, bodies: list[bytes]) -> None:
+        if m.node is None or not m.node.is_leader:  # (the checker checks the entries against the committed log)
+            raise InvariantViolation(f"{m.id} acknowledged {c.first_index}..{c.last_index}, not a confirmed primary")
+        chain = chain_at(m.store, c.last_index)  # durable then on min_in_sync backups (crashed ones too)
+        held = sum(1 for b in self.members.values() if b is not m and b.store.durable_index >= c.last_index
+                   and chain_at(b.store, c.last_index) == chain)
+        if self.ha.ack == "sync" and held < self.ha.min_in_sync:
+            raise InvariantViolation(f"{m.id} acknowledged {c.first_index}..{c.last_index}, held by {held} "
+                                     f"backups (min_in_sync {self.ha.min_in_sync})")
+        self.checker.on_ack(m.id, c, bodies)
+
+    # -- one step ------------------------------------------------------------------------------
+    def phase(self, step: int) -> str:
+        """"faults", "heal" (faults over, clients still write) or "quiet" (clients stopped too)."""
+        pos = step % (w := min(self.cfg.window_steps, self.cfg.steps))
+        end = min(w, self.cfg.steps - (step - pos))
+        if pos < end - max(int(end * 0.4), 150):  # (as in the Raft simulator)
+            return "faults"
+        return "quiet" if pos >= end - max(int(end * 0.15), 70) else "heal"
+
+    def step(self) -> None:
+        step = self.step_no
+        self.step_no += 1
+        t = self.time = self.time + self.cfg.step_ms
+        phase = self.phase(step)
+        if phase == "faults":
+            self.heal_started = None
+            self._inject()
+        elif self.heal_started is None:
+            self._heal()
+        for m in self.members.values():
+            if m.node is None and m.down_until is not None and t >= m.down_until:
+                self._start(m)
+                self.stats["restarts"] += 1
+                self._trace(m.id, f"RESTART epoch {m.store.load_vote()} end {m.store.end_index}")
+                self.checker.on_restart(m.id, m.store)
+            elif m.paused_until is not None and t >= m.paused_until:
+                m.paused_until, msgs, m.backlog = None, m.backlog, []
+                self._deliver(m, msgs)
+            if m.flush_at is not None and t >= m.flush_at and m.driver is not None and m.paused_until is None:
+                m.flush_at = None
+                m.driver.flushed(m.store.flush(), t)
+        by_target: dict[str, list[Any]] = {}
+        for msg in self.net.due(t):
+            by_target.setdefault(msg.target, []).append(msg)
+        for p in by_target.pop(CTL, ()):
+            self._ctl_receive(p)
+        for i, msgs in by_target.items():
+            m = self.members[i]
+            if m.paused_until is not None:
+                m.backlog.extend(msgs)
+            else:
+                self._deliver(m, msgs)
+        for m in self.members.values():
+            if m.node is not None and m.paused_until is None:
+                self._apply(m, m.node.tick(t))
+                if self.cfg.controller and t % POLL_MS == 0 and m.node is not None:
+                    self._poll(m, m.node)
+                if self.rng.random() < 0.03:
+                    m.store.checkpoint()
+                    self.checker.on_checkpoint(m.id, m.store)
+        if self.cfg.controller:
+            self._failover()
+        if phase != "quiet":
+            self._clients()
+        self.check()
+        if phase != "faults" and (step == self.cfg.steps - 1 or self.phase(step + 1) == "faults"):
+            self._check_converged()
+
+    def _deliver(self, m: Member, msgs: list[Any]) -> None:
+        for msg in msgs:
+            if m.node is None:
+                return
+            if isinstance(msg, Ctl):
+                self._on_state(m, msg)
+            else:
+                self._apply(m, m.node.step(msg, self.time))
+
+    def check(self) -> None:
+        for m in self.members.values():
+            if (node := m.node) is not None and node.is_leader:  # (b): one per epoch, the recorded one
+                self.checker.on_leader(m.id, node.epoch)
+                if self.cfg.controller and self.primaries.get(node.epoch) != m.id:
+                    raise InvariantViolation(f"{m.id} is a confirmed primary of epoch {node.epoch}, recorded for "
+                                             f"{self.primaries.get(node.epoch)}")
+        self.checker.check()
+
+    def _inject(self) -> None:
+        rng, f, t = self.rng, self.faults, self.time
+        if self.step_no % 100 == 1:
+            self.net.reorder = "reorder" in f
+            self.net.faults = LinkFaults(drop=rng.uniform(0, 0.1) if "drop" in f else 0.0,
+                                         duplicate=rng.uniform(0, 0.1) if "dup" in f else 0.0,
+                                         max_delay_ms=rng.randint(5, 60) if "delay" in f else 5)
+        if "partition" in f:
+            if self.net.blocked and t >= self.partition_until:
+                self.net.partition("", ())
+                self._trace("net", "partition healed")
+            elif not self.net.blocked and rng.random() < 0.02:
+                ids = [*self.ids, CTL]
+                rng.shuffle(ids)
+                k = rng.randint(1, len(ids) - 1)
+                bridges = [ids[0]] if rng.random() < 0.3 else []  # one side hears both
+                self.net.partition("halves", partition_links([ids[:k], ids[k:]], bridges))
+                self.partition_until = t + rng.randint(100, 1500)
+                self.stats["partitions"] += 1
+                self._trace("net", f"PARTITION {ids[:k]} | {ids[k:]} bridges {bridges}")
+        running = [m for m in self.members.values() if m.node is not None]
+        if "crash" in f and running and rng.random() < 0.012:
+            self.crash(rng.choice(running), t + rng.randint(20, 1200))
+        if "pause" in f and running and rng.random() < 0.005 and (m := rng.choice(running)).paused_until is None:
+            m.paused_until = t + rng.randint(20, 800)
+            self.stats["pauses"] += 1
+            self._trace(m.id, f"PAUSE until {m.paused_until}")
+
+    def _heal(self) -> None:
+        self.heal_started = self.time
+        self.net.heal()
+        self.net.reorder = False
+        self._trace("net", "HEAL: crashed members restart, paused ones resume")
+        for m in self.members.values():
+            if m.node is None:
+                m.down_until = self.time
+            if m.paused_until is not None:
+                m.paused_until = self.time
+
+    def _check_converged(self) -> None:
+        p = self.members[self.reg.primary].node
+        if p is None or not p.is_leader or p.epoch != self.reg.epoch:
+            raise InvariantViolation(f"no confirmed primary of epoch {self.reg.epoch} after the heal period")
+        if self.outstanding:
+            raise InvariantViolation(f"requests never answered after the heal: {list(self.outstanding)[:5]}")
+        want = (p.epoch, p.node_id, p.store.end_index, p.store.end_index)
+        for m in self.members.values():  # the primary too: everything committed, and held by everyone
+            got = None if m.node is None else (m.node.epoch, m.node.leader_id, m.store.committed_index,
+                                                m.store.end_index)
+            if got != want:
+                raise InvariantViolation(f"{m.id} has not caught up after the quiet period: (epoch, primary, "
+                                         f"commit, end) {got}, want {want}")
+        if self.checker.unverified:
+            raise InvariantViolation(f"acknowledged entries never committed: {self.checker.unverified[0]}")
+
+
+def describe(m: Any) -> str:
+    """One trace line per message: its fields, a frame as (offset, size), a handshake's epochs unpacked."""
+    fields = {k: getattr(m, k) for k in m.__dataclass_fields__ if k not in ("group", "sender", "target")}
+    if isinstance(m, HaTransfer):
+        fields["frame"] = FRAME_HEADER.unpack_from(m.frame)
+    elif isinstance(m, HaHandshake):
+        fields["epochs"] = unpack_epochs(m.epochs)
+    return f"{m.sender}->{m.target} {type(m).__name__} " + " ".join(f"{k}={v}" for k, v in fields.items())
+
+
+def run_pb_seed(seed: int, cfg: PbConfig) -> SeedResult:
+    """Run one seed to the end or to the first violated invariant (an exception of the core is one too)."""
+    c = PbCluster(seed, cfg)
+    try:
+        for _ in range(cfg.steps):
+            c.step()
+        c.checker.final()
+    except Exception as e:
+        error = str(e) if isinstance(e, InvariantViolation) else f"{type(e).__name__}: {e}"
+        return SeedResult(seed, False, error, c.format_trace(), c.step_no, c.stats)
+    c.stats.update(acked_entries=c.checker.acked_entries, committed_entries=len(c.checker.ref),
+                   messages_sent=c.net.sent, messages_dropped=c.net.dropped)
+    return SeedResult(seed, True, step=c.step_no, stats=c.stats)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m quorumlog.sim --mode pb", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", default="0:100", help="seed, range a:b (b excluded) or list a,b,c")
+    ap.add_argument("--steps", type=int, default=1000, help="steps per seed (10 ms of virtual time each)")
+    ap.add_argument("--nodes", type=int, default=3, choices=(2, 3, 4, 5))
+    ap.add_argument("--faults", default="tcp", choices=("tcp", "all", "none"),
+                    help=f"tcp: {','.join(PB_FAULTS)}; all: also {','.join(EXTRA_FAULTS)}")
+    ap.add_argument("--no-controller", action="store_true", help="the first primary stays: no failover")
+    ap.add_argument("--trace", type=int, default=150, help="trace lines shown for a failure")
+    args = ap.parse_args(argv)
+    faults = {"tcp": PB_FAULTS, "all": PB_FAULTS + EXTRA_FAULTS, "none": ()}[args.faults]
+    cfg = PbConfig(args.nodes, args.steps, faults=faults, controller=not args.no_controller, trace_len=args.trace)
+    seeds, totals, started = parse_seeds(args.seeds), Counter[str](), time.monotonic()
+    results = [run_pb_seed(seed, cfg) for seed in seeds]
+    for r in results:
+        totals.update(r.stats)
+        if not r.ok:
+            print(f"\nFAIL seed {r.seed} at step {r.step}: {r.error}\n{r.trace}\n--- replay: python -m quorumlog.sim "
+                  f"--mode pb --seeds {r.seed} --steps {cfg.steps} --nodes {cfg.nodes} --faults {args.faults}"
+                  f"{' --no-controller' * (not cfg.controller)}", file=sys.stderr)
+    failed = sum(not r.ok for r in results)
+    print(f"{len(seeds)} seeds x {cfg.steps} steps, {cfg.nodes} nodes, controller {cfg.controller}, faults "
+          f"{args.faults}: {failed} failed in {time.monotonic() - started:.1f}s")
+    print("  " + ", ".join(f"{k}={v}" for k, v in sorted(totals.items()) if not k.startswith("isr_")))
+    return 1 if failed else 0
