@@ -3,10 +3,12 @@ primary/backup group it controls, the epoch, its primary and its in-sync set (Sy
 promotes an in-sync backup when the primary is gone.
 
 The record is a state machine over the controller group's committed log. Every command is conditional
-(an election names the epoch it replaces, an in-sync change the epoch and primary it belongs to) and is
+(an election names the epoch it replaces, an in-sync change the version of the record it was made
+from, so a late duplicate of an old change cannot undo a newer one) and is
 applied by every node in log order, so nodes that proposed concurrently, twice, or from a stale view
 cannot disagree: a command whose condition fails is a no-op. Commands are entry bodies of the
-controller group: PREFIX + msgpack [kind, group, prev_epoch, epoch, primary, in-sync set].
+controller group: PREFIX + msgpack [kind, group, prev, epoch, primary, in-sync set], `prev` being the
+epoch an election replaces or the record version an in-sync change was made from.
 
 On each node, `Controller.tick` applies what the controller group committed, then:
 - makes each hosted primary/backup group follow the record (a new epoch: promote or follow);
@@ -50,6 +52,7 @@ class Assignment:
     epoch: int
     primary: str
     isr: frozenset[str]
+    version: int = 0  # commands applied to this group's record
 
 
 def encode_command(kind: str, group: str, prev_epoch: int, epoch: int, primary: str, isr: set[str]) -> bytes:
@@ -73,15 +76,14 @@ class ControllerState:
         except (ValueError, TypeError, msgpack.UnpackException):
             return None
         cur = self.groups.get(group)
-        if cur is None:
+        if cur is None or kind not in (ELECT, ISR):
             return None
         blind = self.trust_first and group in self.untouched
-        if kind == ELECT and (blind or (cur.epoch == prev and epoch == prev + 1)):
-            self.groups[group] = Assignment(epoch, primary, frozenset(isr) - {primary})
-        elif kind == ISR and (blind or (cur.epoch == epoch and cur.primary == primary)):
-            self.groups[group] = Assignment(cur.epoch if not blind else epoch, primary, frozenset(isr) - {primary})
-        else:
+        elected = kind == ELECT and cur.epoch == prev and epoch == prev + 1
+        changed = kind == ISR and cur.version == prev and cur.epoch == epoch and cur.primary == primary
+        if not (blind or elected or changed):
             return None
+        self.groups[group] = Assignment(epoch, primary, frozenset(isr) - {primary}, cur.version + 1)
         self.untouched.discard(group)
         return group
 
@@ -172,7 +174,7 @@ class Controller:
                 node.primary.isr_recorded(set(a.isr))
             want = node.primary.wanted_isr()
             if want is not None:
-                self._propose(g.name, ISR, encode_command(ISR, g.name, a.epoch, a.epoch, me, want), now)
+                self._propose(g.name, ISR, encode_command(ISR, g.name, a.version, a.epoch, me, want), now)
         elif not node.confirmed and a.epoch == node.epoch and a.primary == me:
             # Primary by its own store (a restart): be elected again, in a new epoch, or learn otherwise.
             self._propose(g.name, ELECT, encode_command(ELECT, g.name, a.epoch, a.epoch + 1, me, set(a.isr)), now)

@@ -1,0 +1,51 @@
+"""The controller's record as a state machine: conditional commands, duplicates, garbage, expiry."""
+
+from __future__ import annotations
+
+from quorumlog.server.controller import ELECT, ISR, Assignment, ControllerState, encode_command
+
+
+def _state() -> ControllerState:
+    s = ControllerState({"g0": Assignment(1, "n0", frozenset({"n1", "n2"}))})
+    s.untouched.add("g0")
+    return s
+
+
+def test_an_election_applies_only_to_the_epoch_it_replaces() -> None:
+    s = _state()
+    assert s.apply(encode_command(ELECT, "g0", 1, 2, "n1", {"n1", "n2"})) == "g0"
+    assert s.groups["g0"] == Assignment(2, "n1", frozenset({"n2"}), 1)
+    # A second election made from the same view (a race, a retry) finds epoch 2 taken: no-op.
+    assert s.apply(encode_command(ELECT, "g0", 1, 2, "n2", {"n1", "n2"})) is None
+    assert s.apply(encode_command(ELECT, "g0", 2, 4, "n2", set())) is None  # epochs go one at a time
+    assert s.groups["g0"].primary == "n1"
+
+
+def test_an_in_sync_change_needs_the_version_epoch_and_primary_it_was_made_from() -> None:
+    s = _state()
+    shrink = encode_command(ISR, "g0", 0, 1, "n0", {"n1"})
+    assert s.apply(shrink) == "g0"
+    assert s.groups["g0"].isr == {"n1"}
+    grow = encode_command(ISR, "g0", 1, 1, "n0", {"n1", "n2"})
+    assert s.apply(grow) == "g0" and s.groups["g0"].isr == {"n1", "n2"}
+    # A late duplicate of the shrink must not undo the newer change.
+    assert s.apply(shrink) is None and s.groups["g0"].isr == {"n1", "n2"}
+    # Another node cannot change the set, nor anyone for another epoch.
+    assert s.apply(encode_command(ISR, "g0", 2, 1, "n1", {"n2"})) is None
+    assert s.apply(encode_command(ISR, "g0", 2, 2, "n0", {"n2"})) is None
+
+
+def test_entries_that_are_not_commands_change_nothing() -> None:
+    s = _state()
+    for body in (b"", b"hello", b"QLCTL1", b"QLCTL1\xc1", encode_command("drop", "g0", 1, 2, "n1", set()),
+                 encode_command(ELECT, "g9", 1, 2, "n1", set())):
+        assert s.apply(body) is None
+    assert s.groups["g0"] == Assignment(1, "n0", frozenset({"n1", "n2"}))
+
+
+def test_after_expiry_the_first_command_seen_for_a_group_stands() -> None:
+    s = _state()
+    s.trust_first = True  # the log's start is gone: the defaults say nothing about the present
+    assert s.apply(encode_command(ELECT, "g0", 6, 7, "n2", {"n0"})) == "g0"
+    assert s.groups["g0"] == Assignment(7, "n2", frozenset({"n0"}), 1)
+    assert s.apply(encode_command(ELECT, "g0", 6, 7, "n1", {"n0"})) is None  # conditions apply again
