@@ -3,9 +3,10 @@
 Every test runs a three-node group n0..n2 with `replication = "primary-backup"` and n0 the primary of
 epoch 1, over 127.0.0.1 in temp dirs; every process is stopped by its pid through the cluster fixture,
 every wait is bounded by a deadline. Covered: a manual failover under load with SYNC acks (nothing
-acknowledged is lost or doubled) and with ASYNC acks (what is lost is measured), a paused backup that
-catches up, a wiped backup that streams from 0, bogus acks from a fake backup, SLAVE_NOT_AVAILABLE, and
-the old primary fenced by the new epoch.
+acknowledged is lost or doubled) and with ASYNC acks (what is lost is measured, and the loss ASYNC
+allows is made certain once), a paused backup that catches up, a wiped backup that streams from 0, bogus
+acks from a fake backup, SLAVE_NOT_AVAILABLE, and the old primary fenced by the new epoch; last, the store
+race a backup's log cut had with the worker thread's checkpoint.
 """
 
 from __future__ import annotations
@@ -14,12 +15,16 @@ import asyncio
 import contextlib
 import shutil
 import signal
+import threading
+import time
+import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from quorumlog.client import AsyncClient, Client
+from quorumlog.config import StoreConfig
 from quorumlog.errors import BackupUnavailableError, QuorumLogError, ResponseCode
 from quorumlog.ha.messages import HaHandshake, HaReport
 from quorumlog.net.connection import Connection, connect
@@ -29,8 +34,9 @@ from quorumlog.net.schemas import APPEND_REQUEST, APPEND_RESPONSE
 from quorumlog.raft.member import members_digest
 from quorumlog.server.cluster import LocalCluster
 from quorumlog.server.codec import HA_MESSAGES, encode_message
+from quorumlog.server.store import NodeStore
 
-from .conftest import await_until, committed_entries, node_index
+from .conftest import SMALL_STORE, await_until, committed_entries, node_index
 
 # Small HA timings: a backup silent for a second leaves the in-sync set.
 HA_FAST = {"ha_heartbeat_interval_ms": 200, "ha_ack_timeout_ms": 1000}
@@ -71,8 +77,11 @@ async def wait_primary(c: AsyncClient, cluster: LocalCluster, primary: str, in_s
 async def wait_converged(c: AsyncClient, cluster: LocalCluster, primary: str, backups: tuple[str, ...],
                          timeout: float = 20.0) -> dict[str, dict[str, Any]]:
     """Wait until every backup holds and knows committed all the primary holds (nothing in flight)."""
+    last: list[Any] = [None]
+
     async def probe() -> dict[str, dict[str, Any]] | None:
         docs = {n: await group_status(c, cluster, n) for n in (primary, *backups)}
+        last[0] = docs
         p = docs[primary]
         if p is None or p["committed_index"] != p["end_index"] or p["pending_appends"]:
             return None
@@ -86,7 +95,10 @@ async def wait_converged(c: AsyncClient, cluster: LocalCluster, primary: str, ba
                 return None
         return docs  # type: ignore[return-value]
 
-    return await await_until(probe, timeout, f"{backups} converged on {primary}", 0.05)
+    try:
+        return await await_until(probe, timeout, f"{backups} converged on {primary}", 0.05)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; last statuses: {last[0]}") from None
 
 
 async def raw_log(addr: str) -> bytes:
@@ -106,9 +118,21 @@ async def bodies_of(addr: str) -> list[tuple[int, bytes]]:
     return [(i, b) for i, b in await committed_entries(addr) if b]
 
 
-def most_up_to_date(docs: dict[str, dict[str, Any] | None]) -> str:
-    alive = {n: d for n, d in docs.items() if d is not None}
-    return max(alive, key=lambda n: (alive[n]["last_epoch"], alive[n]["end_index"]))
+async def promote_most_up_to_date(c: AsyncClient, cluster: LocalCluster) -> tuple[str, int]:
+    """Once the backups' logs stopped growing (the dead primary's last frames are written), promote the
+    most up-to-date one (by last epoch, then last index) with the client's promote."""
+    seen: list[Any] = [None]
+
+    async def settled() -> dict[str, tuple[int, int]] | None:
+        docs = {b: await group_status(c, cluster, b) for b in BACKUPS}
+        ends = {b: (d["last_epoch"], d["end_index"]) for b, d in docs.items() if d is not None}
+        stable = ends == seen[0] and len(ends) == len(BACKUPS)
+        seen[0] = ends
+        return ends if stable else None
+
+    ends = await await_until(settled, 10, "the backups' logs to stop growing", 0.1)
+    target = max(ends, key=lambda b: ends[b])
+    return await c.promote(target)
 
 
 # -- the history of a failover under load ----------------------------------------------------------
@@ -126,6 +150,7 @@ class Failover:
     new_primary: str
     epoch: int
     logs: dict[str, list[tuple[int, bytes]]]  # the surviving replicas' committed logs
+    deduplicated: int  # retried appends the new primary answered with the entries it already held
 
     @property
     def acked(self) -> list[Append]:
@@ -184,10 +209,8 @@ async def failover_under_load(cluster: LocalCluster, retry_timeout: float) -> Fa
             await await_until(lambda: _true(acked() >= PER_PHASE), 30, f"{PER_PHASE} appends acknowledged by n0")
             cluster.kill(0, signal.SIGKILL)
             before = acked()
-            docs = {b: await group_status(admin, cluster, b) for b in BACKUPS}
-            target = most_up_to_date(docs)
-            new_primary, epoch = await admin.promote(target)
-            assert (new_primary, epoch) == (target, 2)
+            target, epoch = await promote_most_up_to_date(admin, cluster)
+            assert epoch == 2
             await await_until(lambda: _true(acked() >= before + PER_PHASE), 30,
                               f"{PER_PHASE} appends acknowledged by {target}")
         finally:
@@ -204,7 +227,11 @@ async def failover_under_load(cluster: LocalCluster, retry_timeout: float) -> Fa
         other = next(b for b in BACKUPS if b != target)
         await wait_converged(admin, cluster, target, (other,))
         logs = {n: await bodies_of(cluster.nodes[node_index(cluster, n)].address) for n in BACKUPS}
-    return Failover(ops, retries, target, epoch, logs)
+    metrics = urllib.request.urlopen(cluster.nodes[node_index(cluster, target)].admin_url + "/metrics",
+                                     timeout=5).read().decode()
+    dedup = sum(int(float(line.rsplit(" ", 1)[1])) for line in metrics.splitlines()
+                if line.startswith("quorumlog_deduplicated_appends_total{"))
+    return Failover(ops, retries, target, epoch, logs, dedup)
 
 
 async def _true(value: bool) -> bool:
@@ -225,8 +252,8 @@ def test_sync_failover_under_load_loses_and_doubles_nothing(cluster_factory: Any
     with Client(cluster.nodes[node_index(cluster, f.new_primary)].address) as reader:
         epochs = {e.term for e in reader.read(0, 10**9)}
     assert epochs == {1, 2}, epochs
-    print(f"SYNC failover: {len(f.ops)} appends, {len(f.acked)} acknowledged, 0 lost, {f.retries} retries, new "
-          f"primary {f.new_primary} epoch {f.epoch}")
+    print(f"SYNC failover: {len(f.ops)} appends, {len(f.acked)} acknowledged, 0 lost, {f.retries} retries, "
+          f"{f.deduplicated} retries answered as duplicates, new primary {f.new_primary} epoch {f.epoch}")
 
 
 def test_async_failover_under_load_measures_what_is_lost(cluster_factory: Any) -> None:
@@ -243,8 +270,62 @@ def test_async_failover_under_load_measures_what_is_lost(cluster_factory: Any) -
     failed = sum(op.error is not None for op in f.ops)
     print(f"ASYNC failover: {len(f.ops)} appends, {len(f.acked)} acknowledged, {len(lost)} acknowledged "
           f"appends lost ({100 * len(lost) / max(1, len(f.acked)):.2f}%), {failed} failed, {f.retries} retries, "
+          f"{f.deduplicated} retries answered as duplicates, "
           f"new primary {f.new_primary} epoch {f.epoch}")
     assert len(f.acked) >= 2 * PER_PHASE
+
+
+def test_async_acknowledges_what_no_backup_holds_and_a_promotion_loses_it(cluster_factory: Any) -> None:
+    """The loss ASYNC allows, made certain: both backups are down, so n0 acknowledges appends it alone
+    holds; n0 then dies for good (as far as the promotion knows) and n1 is promoted. Those appends are
+    gone from the group, and when n0 returns its epoch-1 tail is cut to the agreed point: every replica
+    ends with the same log, without them.
+
+    The idempotent client that was told of the lost appends finds its next sequence refused by the new
+    primary (OUT_OF_ORDER_SEQUENCE: the earlier ones are not in its log); it gives up that request after
+    its retry_timeout (SequenceError) and continues under a new producer id."""
+    cluster = pb_cluster(cluster_factory, "async")
+
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints, retry_timeout=20) as c, \
+                AsyncClient(cluster.endpoints, retry_timeout=2) as told:
+            await wait_primary(c, cluster, "n0", BACKUPS)
+            await _append_many(c, "streamed", 200)
+            await wait_converged(c, cluster, "n0", BACKUPS)
+            cluster.kill(1, signal.SIGKILL)
+            cluster.kill(2, signal.SIGKILL)
+            lost = [await told.append(f"only-on-n0-{i}".encode()) for i in range(20)]
+            assert [r.index for r in lost] == list(range(200, 220))  # acknowledged: committed on n0
+            cluster.kill(0, signal.SIGKILL)
+            cluster.start(1)
+            cluster.start(2)
+
+            async def backups_up() -> bool:
+                return all([await group_status(c, cluster, b) is not None for b in BACKUPS])
+
+            await await_until(backups_up, 20, "n1 and n2 back")
+            assert await c.promote("n1") == ("n1", 2)
+            await wait_primary(c, cluster, "n1", ("n2",), epoch=2)
+            r = await c.append(b"epoch-2")
+            assert (r.index, r.term) == (200, 2)  # where the first lost append was acknowledged
+            try:
+                await told.append(b"told-next")
+                next_outcome = "SUCCESS"
+            except QuorumLogError as e:
+                next_outcome = type(e).__name__
+            assert (await told.append(b"told-after")).term == 2
+            cluster.start(0)
+            await wait_converged(c, cluster, "n1", ("n0", "n2"), timeout=30)
+            logs = [await raw_log(n.address) for n in cluster.nodes]
+            assert logs[0] == logs[1] == logs[2]
+            bodies = [b for _, b in await bodies_of(cluster.nodes[0].address)]
+            assert bodies[200] == b"epoch-2" and bodies[-1] == b"told-after"
+            assert not any(b.startswith(b"only-on-n0") for b in bodies)
+            assert bodies.count(b"told-next") == (next_outcome == "SUCCESS")
+            print(f"ASYNC with no backup streaming: {len(lost)} acknowledged appends lost by the promotion; "
+                  f"the told client's next append: {next_outcome}")
+
+    asyncio.run(main())
 
 
 # -- a backup behind, a backup wiped -----------------------------------------------------------------
@@ -524,3 +605,37 @@ def test_old_primary_returns_fenced_as_a_backup_of_the_new_epoch(cluster_factory
             assert bodies[-1] == b"redirected-to-n1" and len(bodies) == 601
 
     asyncio.run(main())
+
+
+def test_backup_log_cut_is_serialised_with_the_worker_threads_checkpoint(tmp_path: Any) -> None:
+    """A backup cuts its log (discard_after: a handshake's agreed point, a reset) on the event loop while
+    the group's worker thread flushes and checkpoints. Both write the checkpoint through checkpoint.tmp,
+    so unserialised the second rename failed (ENOENT) and the store, then the node, stopped: seen as a
+    restarted old primary exiting right after it followed the new epoch."""
+    store = NodeStore(tmp_path / "s", StoreConfig(**SMALL_STORE))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        while not stop.is_set():
+            try:
+                store.checkpoint()
+                store.flush()
+            except BaseException as e:  # reported below
+                errors.append(e)
+                return
+
+    t = threading.Thread(target=worker)
+    t.start()
+    try:
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and not errors:
+            store.append([b"x" * 100] * 20, 1)
+            store.flush()
+            store.set_committed(store.end_index)
+            store.discard_after(store.end_index - 10)  # committed entries too, as a backup may
+    finally:
+        stop.set()
+        t.join(10)
+        store.close()
+    assert not errors, errors
