@@ -105,7 +105,7 @@ class HaConfig:
     ack: Literal["sync", "async"] = "sync"
     primary: str | None = None  # the first primary (epoch 1)
     min_in_sync: int = 1  # backups that must be in sync (and ack) for a SYNC append to succeed
-    max_in_sync_lag: int = 16 * MiB  # bytes a backup may be behind and stay in the in-sync set
+    max_in_sync_lag: int = 64 * MiB  # bytes a backup may stay behind (ha_ack_timeout_ms long) and be in sync
     ha_transfer_batch_bytes: int = 1 * MiB
     # A backup reports at least every heartbeat interval; one silent for ha_ack_timeout_ms leaves the
     # in-sync set, before the appends waiting for it time out (max_wait_ack_ms, 2.5 s by default).

@@ -531,3 +531,26 @@ def test_backup_notices_a_lost_last_frame_from_the_next_heartbeat() -> None:
     p.run(2 * p.cfg.ha_heartbeat_interval_ms)  # a heartbeat names the offset a sent up to: b asks again
     assert p.nodes["b"].stats["ha_frames_out_of_order"] == 1
     assert p.code(rid) == OK and p.bodies("b") == [b"x"]
+
+
+def test_a_burst_past_max_in_sync_lag_does_not_drop_a_backup_that_keeps_up() -> None:
+    """A backup more than max_in_sync_lag bytes behind leaves the set only when it stays behind for
+    ha_ack_timeout_ms: a burst of writes puts every backup behind for a moment, and dropping them then
+    refused the next SYNC appends (SLAVE_NOT_AVAILABLE) for no reason (found by the 1 KiB benchmark)."""
+    p = started(max_in_sync_lag=256)
+    primary = p.nodes["a"].primary
+    assert primary is not None
+    p.hold.update({"b", "c"})  # the backups fall behind for a moment: their flushes wait
+    rid = p.append("a", [b"x" * 500, b"y" * 500])
+    p.run(50)  # beyond the lag limit, but for far less than the ack timeout
+    assert primary.isr == {"b", "c"} and not primary.isr_leaving
+    p.hold.clear()
+    p.flush("b")
+    p.flush("c")
+    p.run(20)
+    assert p.code(rid) == OK and primary.available()
+    # Behind for longer than the ack timeout: it leaves.
+    p.hold.add("c")
+    p.append("a", [b"w" * 600])
+    p.run(1200)
+    assert "c" in primary.isr_leaving or "c" not in primary.isr

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-import signal
-import time
 from typing import Any
 
 from quorumlog.client import AsyncClient
-from quorumlog.errors import QuorumLogError
 
 from .conftest import await_until, committed_entries, node_index, statuses, wait_leader
-from .test_server_exactly_once import Op, check_history
+from .history import Op, check_history, fault_leaders, record_appends
 
 HA = {"ack": "sync", "controller": "ctl", "ha_heartbeat_interval_ms": 200, "ha_ack_timeout_ms": 800,
       "failover_timeout_ms": 800}
@@ -27,53 +24,16 @@ def test_automatic_failover_under_load_loses_no_acknowledged_append(cluster_fact
     ops: list[Op] = []
     rng = random.Random(1123)
 
-    async def writer(c: AsyncClient, name: str, stop: float) -> None:
-        n = 0
-        loop = asyncio.get_running_loop()
-        while loop.time() < stop:
-            op = Op(f"{name}-{n}".encode(), time.monotonic())
-            n += 1
-            ops.append(op)
-            try:
-                op.index = (await c.append(op.body)).index
-            except QuorumLogError as e:
-                op.error = type(e).__name__
-            op.completed = time.monotonic()
-
-    async def nemesis(c: AsyncClient, stop: float) -> list[str]:
-        done = []
-        loop = asyncio.get_running_loop()
-        while loop.time() < stop - 4:
-            await asyncio.sleep(rng.uniform(2.0, 3.0))
-            st = await statuses(c, cluster)
-            primaries = [n for n, s in st.items() if s["role"] == "leader" and s["confirmed"]]
-            if len(primaries) != 1:
-                continue
-            i = node_index(cluster, primaries[0])
-            if rng.random() < 0.5:
-                cluster.kill(i, signal.SIGKILL)
-                done.append(f"kill {primaries[0]}")
-                await asyncio.sleep(rng.uniform(1.5, 2.5))
-                cluster.start(i)
-            else:
-                proc = cluster.nodes[i].proc
-                assert proc is not None
-                proc.send_signal(signal.SIGSTOP)
-                done.append(f"pause {primaries[0]}")
-                try:
-                    await asyncio.sleep(rng.uniform(1.5, 2.5))
-                finally:
-                    proc.send_signal(signal.SIGCONT)
-        return done
-
     async def main() -> None:
         async with AsyncClient(cluster.endpoints) as admin:
             await wait_leader(admin, cluster)
             clients = [AsyncClient(cluster.endpoints, retry_timeout=20) for _ in range(3)]
             try:
                 stop = asyncio.get_running_loop().time() + 16.0
-                tasks = [writer(c, f"c{k}t{t}", stop) for k, c in enumerate(clients) for t in range(3)]
-                results = await asyncio.gather(nemesis(admin, stop), *tasks)
+                tasks = [record_appends(c, f"c{k}t{t}", stop, ops) for k, c in enumerate(clients) for t in range(3)]
+                nemesis = fault_leaders(admin, cluster, stop, rng, lambda s: s["role"] == "leader" and s["confirmed"],
+                                        every_s=(2.0, 3.0), kill_s=(1.5, 2.5), pause_s=(1.5, 2.5), margin_s=4)
+                results = await asyncio.gather(nemesis, *tasks)
             finally:
                 for c in clients:
                     await c.close()

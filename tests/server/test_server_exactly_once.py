@@ -11,59 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import random
-import signal
-import time
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from quorumlog.client import AsyncClient
-from quorumlog.errors import QuorumLogError, SequenceError
+from quorumlog.errors import SequenceError
 from quorumlog.net.ops import Op as WireOp
 
-from .conftest import committed_entries, node_index, statuses, wait_leader
+from .conftest import committed_entries, node_index, wait_leader
+from .history import Op, check_history, fault_leaders, record_appends
 
 CLIENTS = 4
 TASKS_PER_CLIENT = 3
 RUN_S = 14.0
-
-
-@dataclass(slots=True)
-class Op:
-    body: bytes
-    invoked: float
-    completed: float = float("inf")
-    index: int | None = None  # acknowledged index
-    error: str | None = None
-
-
-def check_history(ops: list[Op], log: list[tuple[int, bytes]]) -> dict[str, int]:
-    """Raise AssertionError on loss, duplicate, phantom or a real-time order violation."""
-    where: dict[bytes, int] = {}
-    for index, body in log:
-        assert body not in where, f"{body!r} written twice: at {where[body]} and {index}"
-        where[body] = index
-    sent = {op.body: op for op in ops}
-    phantoms = [b for b in where if b not in sent]
-    assert not phantoms, f"{len(phantoms)} entries no client sent, first {phantoms[:3]}"
-    for op in ops:
-        if op.index is not None:
-            assert where.get(op.body) == op.index, \
-                f"{op.body!r} acknowledged at {op.index}, log has it at {where.get(op.body)}"
-    # Real-time order: an op present in the log comes after every op acknowledged before it was sent.
-    done = sorted((op.completed, where[op.body]) for op in ops if op.index is not None)
-    present = sorted((op.invoked, where[op.body], op.body) for op in ops if op.body in where)
-    highest = -1
-    k = 0
-    for invoked, index, body in present:
-        while k < len(done) and done[k][0] < invoked:
-            highest = max(highest, done[k][1])
-            k += 1
-        assert index > highest, f"{body!r} (sent at {invoked:.3f}) is at {index}, before an entry at " \
-                                f"{highest} acknowledged earlier"
-    return {"acked": sum(op.index is not None for op in ops), "failed": sum(op.error is not None for op in ops),
-            "unacked_but_written": sum(op.index is None and op.body in where for op in ops)}
 
 
 def test_history_checker_catches_each_kind_of_violation() -> None:
@@ -85,54 +46,17 @@ def test_idempotent_clients_write_everything_exactly_once_through_leader_faults(
     ops: list[Op] = []
     rng = random.Random(20261123)
 
-    async def writer(c: AsyncClient, name: str, stop: float) -> None:
-        n = 0
-        loop = asyncio.get_running_loop()
-        while loop.time() < stop:
-            op = Op(f"{name}-{n}".encode(), time.monotonic())
-            n += 1
-            ops.append(op)
-            try:
-                r = await c.append(op.body)
-                op.index = r.index
-            except QuorumLogError as e:
-                op.error = type(e).__name__
-            op.completed = time.monotonic()
-
-    async def nemesis(c: AsyncClient, stop: float) -> list[str]:
-        done = []
-        loop = asyncio.get_running_loop()
-        while loop.time() < stop - 3:
-            await asyncio.sleep(rng.uniform(2.0, 3.5))
-            st = await statuses(c, cluster)
-            leaders = [n for n, s in st.items() if s["role"] == "leader"]
-            if not leaders:
-                continue
-            i = node_index(cluster, leaders[0])
-            if rng.random() < 0.5:
-                cluster.kill(i, signal.SIGKILL)
-                done.append(f"kill {leaders[0]}")
-                await asyncio.sleep(rng.uniform(0.3, 1.0))
-                cluster.start(i)
-            else:
-                proc = cluster.nodes[i].proc
-                assert proc is not None
-                proc.send_signal(signal.SIGSTOP)
-                done.append(f"cut off {leaders[0]}")
-                try:
-                    await asyncio.sleep(rng.uniform(1.0, 2.0))
-                finally:
-                    proc.send_signal(signal.SIGCONT)
-        return done
-
     async def main() -> None:
         async with AsyncClient(cluster.endpoints) as admin:
             await wait_leader(admin, cluster)
             clients = [AsyncClient(cluster.endpoints, retry_timeout=20) for _ in range(CLIENTS)]
             try:
                 stop = asyncio.get_running_loop().time() + RUN_S
-                tasks = [writer(c, f"c{k}t{t}", stop) for k, c in enumerate(clients) for t in range(TASKS_PER_CLIENT)]
-                results = await asyncio.gather(nemesis(admin, stop), *tasks)
+                tasks = [record_appends(c, f"c{k}t{t}", stop, ops) for k, c in enumerate(clients)
+                         for t in range(TASKS_PER_CLIENT)]
+                nemesis = fault_leaders(admin, cluster, stop, rng, lambda s: s["role"] == "leader", every_s=(2.0, 3.5),
+                                        kill_s=(0.3, 1.0), pause_s=(1.0, 2.0), margin_s=3)
+                results = await asyncio.gather(nemesis, *tasks)
             finally:
                 for c in clients:
                     await c.close()

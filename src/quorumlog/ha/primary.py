@@ -9,7 +9,7 @@ every copy is a prefix of the primary's log.
 The commit rule is Kafka's: an entry is committed once it is durable here and every backup of the
 in-sync set (ISR) acked it, and a SYNC append is refused with SLAVE_NOT_AVAILABLE, nothing written, while
 fewer than `min_in_sync` backups are in the set. A backup joins the set once it holds everything
-committed, and leaves it when it falls `max_in_sync_lag` bytes behind or is silent for
+committed, and leaves it when it stays more than `max_in_sync_lag` bytes behind, or silent, for
 `ha_ack_timeout_ms`; with a controller, leaving takes effect only once the controller recorded it, so a
 backup the controller may promote holds every acknowledged entry. ASYNC commits at the local flush.
 
@@ -42,7 +42,7 @@ class BackupView:
     """What the primary knows of one backup."""
 
     __slots__ = ("id", "streaming", "expect_offset", "expect_index", "next_index", "next_offset", "acked_index",
-                 "acked_offset", "inflight", "heard_ms", "sent_ms", "sent_commit")
+                 "acked_offset", "inflight", "heard_ms", "sent_ms", "sent_commit", "behind_since")
 
     def __init__(self, backup_id: str) -> None:
         self.id = backup_id
@@ -57,6 +57,7 @@ class BackupView:
         self.heard_ms = -1 << 62
         self.sent_ms = -1 << 62
         self.sent_commit = -1
+        self.behind_since: int | None = None  # since when it is more than max_in_sync_lag bytes behind
 
 
 class Primary:
@@ -144,9 +145,16 @@ class Primary:
         lag_limit = self.cfg.max_in_sync_lag
         wp = self.store.write_pos
         committed = self.store.committed_index
+        for b in self.backups.values():
+            # Lagging counts only when it lasts: a burst of writes puts every backup behind for a moment
+            # (Kafka dropped its count-based lag rule for flapping under bursts).
+            if not b.streaming or wp - b.acked_offset <= lag_limit:
+                b.behind_since = None
+            elif b.behind_since is None:
+                b.behind_since = now
         for bid in self.isr | self.isr_joining:
             b = self.backups[bid]
-            if now - b.heard_ms > timeout or (b.streaming and wp - b.acked_offset > lag_limit):
+            if now - b.heard_ms > timeout or (b.behind_since is not None and now - b.behind_since > timeout):
                 if bid in self.isr_joining:
                     # With a controller its joining may be recorded already (an answer lost, a request in
                     # flight): it stays counted, and leaves once recorded, like any in-sync backup.
@@ -161,8 +169,7 @@ class Primary:
                 self.isr_joining.add(bid)
                 self.isr_leaving.discard(bid)
                 self.stats["isr_expands"] += 1
-            elif bid in self.isr_leaving and b.streaming and now - b.heard_ms <= timeout \
-                    and wp - b.acked_offset <= lag_limit:
+            elif bid in self.isr_leaving and b.streaming and now - b.heard_ms <= timeout and b.behind_since is None:
                 self.isr_leaving.discard(bid)  # back in time before the change was recorded
         if not self.recorded_by_controller:
             want = self.wanted_isr()

@@ -10,6 +10,7 @@ import heapq
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from ..raft.messages import Message
 
@@ -26,7 +27,7 @@ class LinkFaults:
 
 class Network:
     __slots__ = ("rng", "faults", "blocked", "partition_name", "_heap", "_seq", "sent", "dropped",
-                 "duplicated", "delivered")
+                 "duplicated", "delivered", "fifo", "_last")
 
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
@@ -36,6 +37,8 @@ class Network:
         self._heap: list[tuple[int, int, Message]] = []
         self._seq = 0
         self.sent = self.dropped = self.duplicated = self.delivered = 0
+        self.fifo = False  # deliver each link's messages in order, as TCP does (Raft copes without)
+        self._last: dict[tuple[Any, Any], int] = {}  # link -> when its latest message lands
 
     def partition(self, name: str, blocked: Iterable[tuple[str, str]]) -> None:
         self.partition_name = name
@@ -62,7 +65,11 @@ class Network:
             self.duplicated += 1
         for _ in range(copies):
             self._seq += 1
-            heapq.heappush(self._heap, (now + rng.randint(f.min_delay_ms, f.max_delay_ms), self._seq, msg))
+            at = now + rng.randint(f.min_delay_ms, f.max_delay_ms)
+            if self.fifo:
+                link = (msg.sender, msg.target)
+                at = self._last[link] = max(at, self._last.get(link, 0))
+            heapq.heappush(self._heap, (at, self._seq, msg))
         return True
 
     def due(self, now: int) -> list[Message]:

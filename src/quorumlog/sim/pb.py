@@ -17,7 +17,6 @@ crashed); (b) one confirmed primary per epoch, the recorded one; (c) committed p
 from __future__ import annotations
 
 import argparse
-import heapq
 import random
 import sys
 import time
@@ -49,29 +48,6 @@ PB_HA = HaConfig(replication="primary-backup", primary="n0", controller=CTL, min
                  ha_ack_timeout_ms=300, failover_timeout_ms=400)
 PB_RAFT = RaftConfig(max_pending_requests=32, max_wait_ack_ms=400, push_batch_entries=8, push_batch_bytes=2048)
 PB_STORE = StoreConfig(data_segment_bytes=16 * 1024, index_segment_bytes=32 * 1024, max_body_bytes=4096)
-
-
-class Links(Network):
-    """The Raft simulator's network, but FIFO per link (TCP) unless `reorder`."""
-
-    def __init__(self, rng: random.Random) -> None:
-        super().__init__(rng)
-        self.reorder = False
-        self.last: dict[tuple[str, str], int] = {}  # link -> when its latest message lands
-
-    def send(self, msg: Any, now: int) -> bool:
-        f, rng, link = self.faults, self.rng, (msg.sender, msg.target)
-        self.sent += 1
-        if link in self.blocked or (f.drop and rng.random() < f.drop):
-            self.dropped += 1
-            return False
-        for _ in range(2 if f.duplicate and rng.random() < f.duplicate else 1):
-            at = now + rng.randint(f.min_delay_ms, f.max_delay_ms)
-            if not self.reorder:
-                at = self.last[link] = max(at, self.last.get(link, 0))
-            self._seq += 1
-            heapq.heappush(self._heap, (at, self._seq, msg))
-        return True
 
 
 @dataclass(slots=True)
@@ -151,7 +127,8 @@ class PbCluster:
         self.ids = [f"n{i}" for i in range(cfg.nodes)]
         self.ha = replace(cfg.ha, primary=self.ids[0], controller=CTL if cfg.controller else None)
         self.time = self.step_no = self.partition_until = 0
-        self.net = Links(random.Random(self.rng.getrandbits(64)))
+        self.net = Network(random.Random(self.rng.getrandbits(64)))
+        self.net.fifo = True
         self.trace: deque[tuple[int, str, object]] = deque(maxlen=cfg.trace_len)
         self.stats: Counter[str] = Counter()
         self.reg = Ctl(CTL, "", 1, 1, self.ids[0], frozenset(self.ids[1:]))  # the register; its history:
@@ -394,7 +371,7 @@ class PbCluster:
     def _inject(self) -> None:
         rng, f, t = self.rng, self.faults, self.time
         if self.step_no % 100 == 1:
-            self.net.reorder = "reorder" in f
+            self.net.fifo = "reorder" not in f
             self.net.faults = LinkFaults(drop=rng.uniform(0, 0.1) if "drop" in f else 0.0,
                                          duplicate=rng.uniform(0, 0.1) if "dup" in f else 0.0,
                                          max_delay_ms=rng.randint(5, 60) if "delay" in f else 5)
@@ -422,7 +399,7 @@ class PbCluster:
     def _heal(self) -> None:
         self.heal_started = self.time
         self.net.heal()
-        self.net.reorder = False
+        self.net.fifo = True
         self._trace("net", "HEAL: crashed members restart, paused ones resume")
         for m in self.members.values():
             if m.node is None:

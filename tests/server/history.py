@@ -1,0 +1,101 @@
+"""A recorded history of appends and its checker, and the writers and the nemesis that make one: shared
+by the real-process tests that fault leaders (Raft) and primaries (primary/backup)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from quorumlog.client import AsyncClient
+from quorumlog.errors import QuorumLogError
+from quorumlog.server.cluster import LocalCluster
+
+from .conftest import node_index, statuses
+
+
+@dataclass(slots=True)
+class Op:
+    body: bytes
+    invoked: float
+    completed: float = float("inf")
+    index: int | None = None  # acknowledged index
+    error: str | None = None
+
+
+def check_history(ops: list[Op], log: list[tuple[int, bytes]]) -> dict[str, int]:
+    """Raise AssertionError on loss, duplicate, phantom or a real-time order violation."""
+    where: dict[bytes, int] = {}
+    for index, body in log:
+        assert body not in where, f"{body!r} written twice: at {where[body]} and {index}"
+        where[body] = index
+    sent = {op.body: op for op in ops}
+    phantoms = [b for b in where if b not in sent]
+    assert not phantoms, f"{len(phantoms)} entries no client sent, first {phantoms[:3]}"
+    for op in ops:
+        if op.index is not None:
+            assert where.get(op.body) == op.index, \
+                f"{op.body!r} acknowledged at {op.index}, log has it at {where.get(op.body)}"
+    # Real-time order: an op present in the log comes after every op acknowledged before it was sent.
+    done = sorted((op.completed, where[op.body]) for op in ops if op.index is not None)
+    present = sorted((op.invoked, where[op.body], op.body) for op in ops if op.body in where)
+    highest = -1
+    k = 0
+    for invoked, index, body in present:
+        while k < len(done) and done[k][0] < invoked:
+            highest = max(highest, done[k][1])
+            k += 1
+        assert index > highest, f"{body!r} (sent at {invoked:.3f}) is at {index}, before an entry at " \
+                                f"{highest} acknowledged earlier"
+    return {"acked": sum(op.index is not None for op in ops), "failed": sum(op.error is not None for op in ops),
+            "unacked_but_written": sum(op.index is None and op.body in where for op in ops)}
+
+
+async def record_appends(c: AsyncClient, name: str, stop: float, ops: list[Op]) -> None:
+    """Append `name-0`, `name-1`, ... one at a time until `stop` (loop time), recording each in `ops`."""
+    n = 0
+    loop = asyncio.get_running_loop()
+    while loop.time() < stop:
+        op = Op(f"{name}-{n}".encode(), time.monotonic())
+        n += 1
+        ops.append(op)
+        try:
+            op.index = (await c.append(op.body)).index
+        except QuorumLogError as e:
+            op.error = type(e).__name__
+        op.completed = time.monotonic()
+
+
+async def fault_leaders(c: AsyncClient, cluster: LocalCluster, stop: float, rng: random.Random,
+                        is_leader: Callable[[dict[str, Any]], bool], every_s: tuple[float, float],
+                        kill_s: tuple[float, float], pause_s: tuple[float, float], margin_s: float) -> list[str]:
+    """Until `margin_s` before `stop`, every `every_s` seconds SIGKILL (restarting it `kill_s` later) or
+    SIGSTOP (for `pause_s`) the node whose group status `is_leader`; returns what was done."""
+    done = []
+    loop = asyncio.get_running_loop()
+    while loop.time() < stop - margin_s:
+        await asyncio.sleep(rng.uniform(*every_s))
+        st = await statuses(c, cluster)
+        leaders = [n for n, s in st.items() if is_leader(s)]
+        if len(leaders) != 1:
+            continue
+        i = node_index(cluster, leaders[0])
+        if rng.random() < 0.5:
+            cluster.kill(i, signal.SIGKILL)
+            done.append(f"kill {leaders[0]}")
+            await asyncio.sleep(rng.uniform(*kill_s))
+            cluster.start(i)
+        else:
+            proc = cluster.nodes[i].proc
+            assert proc is not None
+            proc.send_signal(signal.SIGSTOP)
+            done.append(f"pause {leaders[0]}")
+            try:
+                await asyncio.sleep(rng.uniform(*pause_s))
+            finally:
+                proc.send_signal(signal.SIGCONT)
+    return done
