@@ -147,6 +147,20 @@ def test_read_raw_spans_segments_without_blanks(factory: StoreFactory) -> None:
     assert [e.pos for e in es] == [e.pos for e in s.read(0, 100, 1 << 30)]
 
 
+def test_end_pos_is_where_each_entry_ends_across_segment_rolls(factory: StoreFactory) -> None:
+    s = factory.open()
+    assert s.end_pos(-1) == 0
+    fill(s, 12, size=MAX_BODY - 100, batch=5)  # several segment rolls
+    es = s.read(0, 100, 1 << 30)
+    sizes = [len(r) for r in (s.read_raw(i, 1, 0)[0] for i in range(12))]
+    assert [s.end_pos(e.index) for e in es] == [e.pos + n for e, n in zip(es, sizes, strict=True)]
+    assert s.end_pos(11) == s.write_pos
+    with pytest.raises(IndexOutOfRangeError):
+        s.end_pos(12)
+    with pytest.raises(IndexOutOfRangeError):
+        s.end_pos(-2)
+
+
 def test_include_control_skips_noop_and_config(factory: StoreFactory) -> None:
     s = factory.open()
     s.append([b""], 1, MAGIC_NOOP)

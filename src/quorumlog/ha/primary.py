@@ -24,7 +24,6 @@ from collections import Counter, deque
 from collections.abc import Sequence
 
 from ..config import HaConfig, RaftConfig
-from ..entry import HEADER
 from ..errors import ResponseCode
 from ..raft.appends import AppendRequest, Appends
 from ..raft.producers import ProducerTable
@@ -33,7 +32,6 @@ from ..store.base import LogStore
 from .epochs import agreed_end, epoch_list
 from .messages import FRAME_HEADER, HaHandshake, HaReport, HaTransfer, HaTruncate, unpack_epochs
 
-_unpack_header = HEADER.unpack_from
 # Frames in flight to one backup before the primary waits for its acks.
 WINDOW_FRAMES = 8
 
@@ -210,7 +208,7 @@ class Primary:
                 data, n = store.read_raw(b.next_index, min(count, durable - b.next_index + 1), batch)
                 if n == 0:
                     break
-                end_offset = _end_of_last(data, n)
+                end_offset = store.end_pos(b.next_index + n - 1)
                 self._send(b, data, now, out)
                 b.next_index += n
                 b.next_offset = end_offset
@@ -296,10 +294,7 @@ class Primary:
 
     def _offset_after(self, index: int) -> int:
         store = self.store
-        if index < store.begin_index:
-            return store.begin_pos
-        raw, _ = store.read_raw(index, 1, 0)
-        return _end_of_last(raw, 1)
+        return store.begin_pos if index < store.begin_index else store.end_pos(index)
 
     def backup_acked(self, backup: str) -> int:
         b = self.backups.get(backup)
@@ -308,11 +303,3 @@ class Primary:
     def close(self, leader: str | None, out: Ready) -> None:
         self.appends.step_down(leader, out)
 
-
-def _end_of_last(data: bytes, n: int) -> int:
-    """The byte offset just past the last of `n` encoded entries (pos + size of the last one)."""
-    off = 0
-    for _ in range(n - 1):
-        off += _unpack_header(data, off)[1]
-    h = _unpack_header(data, off)
-    return int(h[4] + h[1])

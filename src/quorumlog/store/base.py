@@ -164,6 +164,11 @@ class LogStore(Protocol):
         IndexOutOfRangeError below begin_index (expired entries are never served); nothing past end."""
         ...
 
+    def end_pos(self, index: int) -> int:
+        """The byte position just past the entry at `index` (begin_pos for begin_index - 1): a
+        primary/backup offset. IndexOutOfRangeError outside [begin - 1, end]."""
+        ...
+
     def term_at(self, index: int) -> int:
         """Term of the entry at `index`; begin_term for begin_index - 1. IndexOutOfRangeError otherwise
         outside [begin, end]. Never a term the data does not hold (CorruptEntryError instead)."""

@@ -98,6 +98,12 @@ class FileReads:
         self._check_range(index)
         return self.read(index, 1, 0)[0]
 
+    def end_pos(self, index: int) -> int:
+        if index == self._begin - 1:
+            return self._begin_pos
+        _m, pos, size, _i, _t = self._unit(index)
+        return int(pos + size)
+
     def term_at(self, index: int) -> int:
         if index == self._begin - 1:
             return self._begin_term

@@ -298,6 +298,12 @@ class MemoryStore:
             j += 1
         return b"".join(self._raw[i:j]), j - i
 
+    def end_pos(self, index: int) -> int:
+        if index == self._begin - 1:
+            return self._begin_pos
+        raw = self._raw[self._slot(index)]
+        return int.from_bytes(raw[24:32], "big") + len(raw)
+
     def term_at(self, index: int) -> int:
         if index == self._begin - 1:
             return self._begin_term
