@@ -554,3 +554,17 @@ def test_a_burst_past_max_in_sync_lag_does_not_drop_a_backup_that_keeps_up() -> 
     p.append("a", [b"w" * 600])
     p.run(1200)
     assert "c" in primary.isr_leaving or "c" not in primary.isr
+
+
+def test_promotion_epochs_are_above_everything_seen_and_never_shared_by_two_targets() -> None:
+    from quorumlog.ha.epochs import promotion_epoch
+
+    members = ["n2", "n0", "n1"]
+    for seen in range(0, 40):
+        epochs = {t: promotion_epoch(seen, members, t) for t in members}
+        assert all(e > seen for e in epochs.values())
+        assert len(set(epochs.values())) == 3
+    # Two operators promoting at once from different views still pick different epochs for different targets.
+    a = {promotion_epoch(s, members, "n1") for s in range(50)}
+    b = {promotion_epoch(s, members, "n2") for s in range(50)}
+    assert not a & b

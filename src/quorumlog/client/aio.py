@@ -21,6 +21,7 @@ from ..errors import (
     SequenceError,
     error_for,
 )
+from ..ha.epochs import promotion_epoch
 from ..net.bodies import FieldType, Schema, decode_response
 from ..net.connection import Connection, connect
 from ..net.errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError, ResponseError
@@ -532,8 +533,9 @@ class AsyncClient:
 
         Asks every endpoint for its status first. Without --force it refuses a target behind another
         reachable backup (by last epoch, then last index): the most up-to-date backup holds every entry
-        a SYNC producer was told of, as long as one in-sync backup is reachable. The new epoch is one
-        above the highest any reachable member has seen (a group with a controller picks its own)."""
+        a SYNC producer was told of, as long as one in-sync backup is reachable. The new epoch is above
+        the highest any reachable member has seen, and unique to the target (ha/epochs.py); a group with
+        a controller picks its own."""
         docs: dict[str, dict[str, Any]] = {}
         for addr in self.endpoints:
             try:
@@ -550,7 +552,7 @@ class AsyncClient:
         if mine.get("replication") != "primary-backup":
             raise PromoteError(f"group {self.group} is a Raft group: use transfer-leader",
                                ResponseCode.UNSUPPORTED)
-        epoch = max(int(d.get("epoch", 0)) for d in docs.values()) + 1
+        epoch = promotion_epoch(max(int(d.get("epoch", 0)) for d in docs.values()), list(mine["peers"]), target)
 
         def key(d: dict[str, Any]) -> tuple[int, int]:
             return int(d.get("last_epoch", 0)), int(d["end_index"])

@@ -43,3 +43,12 @@ def agreed_end(primary: list[tuple[int, int]], backup: list[tuple[int, int]]) ->
         if mine is not None:
             return min(last, mine)
     return None
+
+
+def promotion_epoch(highest_seen: int, members: list[str], target: str) -> int:
+    """The epoch an operator's promotion of `target` starts: above every epoch seen, and congruent to the
+    target's place among the sorted members, so two promotions made at once (each computing from what it
+    could reach) never start the same epoch with two primaries."""
+    ordered = sorted(members)
+    n = len(ordered)
+    return (highest_seen // n + 1) * n + ordered.index(target)
