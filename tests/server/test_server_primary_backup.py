@@ -26,6 +26,7 @@ import pytest
 from quorumlog.client import AsyncClient, Client
 from quorumlog.config import StoreConfig
 from quorumlog.errors import BackupUnavailableError, QuorumLogError, ResponseCode
+from quorumlog.ha.epochs import promotion_epoch
 from quorumlog.ha.messages import HaHandshake, HaReport
 from quorumlog.net.connection import Connection, connect
 from quorumlog.net.errors import ResponseError
@@ -41,6 +42,8 @@ from .conftest import SMALL_STORE, await_until, committed_entries, node_index
 # Small HA timings: a backup silent for a second leaves the in-sync set.
 HA_FAST = {"ha_heartbeat_interval_ms": 200, "ha_ack_timeout_ms": 1000}
 BACKUPS = ("n1", "n2")
+MEMBERS = ["n0", "n1", "n2"]
+N1_EPOCH = promotion_epoch(1, MEMBERS, "n1")  # what `promote` starts when n1 takes over from epoch 1
 
 
 def pb_cluster(factory: Any, ack: str = "sync", **ha: Any) -> LocalCluster:
@@ -210,7 +213,7 @@ async def failover_under_load(cluster: LocalCluster, retry_timeout: float) -> Fa
             cluster.kill(0, signal.SIGKILL)
             before = acked()
             target, epoch = await promote_most_up_to_date(admin, cluster)
-            assert epoch == 2
+            assert epoch == promotion_epoch(1, MEMBERS, target)
             await await_until(lambda: _true(acked() >= before + PER_PHASE), 30,
                               f"{PER_PHASE} appends acknowledged by {target}")
         finally:
@@ -251,7 +254,7 @@ def test_sync_failover_under_load_loses_and_doubles_nothing(cluster_factory: Any
     assert len(f.acked) >= 2 * PER_PHASE
     with Client(cluster.nodes[node_index(cluster, f.new_primary)].address) as reader:
         epochs = {e.term for e in reader.read(0, 10**9)}
-    assert epochs == {1, 2}, epochs
+    assert epochs == {1, f.epoch}, epochs
     print(f"SYNC failover: {len(f.ops)} appends, {len(f.acked)} acknowledged, 0 lost, {f.retries} retries, "
           f"{f.deduplicated} retries answered as duplicates, new primary {f.new_primary} epoch {f.epoch}")
 
@@ -304,16 +307,16 @@ def test_async_acknowledges_what_no_backup_holds_and_a_promotion_loses_it(cluste
                 return all([await group_status(c, cluster, b) is not None for b in BACKUPS])
 
             await await_until(backups_up, 20, "n1 and n2 back")
-            assert await c.promote("n1") == ("n1", 2)
-            await wait_primary(c, cluster, "n1", ("n2",), epoch=2)
+            assert await c.promote("n1") == ("n1", N1_EPOCH)
+            await wait_primary(c, cluster, "n1", ("n2",), epoch=N1_EPOCH)
             r = await c.append(b"epoch-2")
-            assert (r.index, r.term) == (200, 2)  # where the first lost append was acknowledged
+            assert (r.index, r.term) == (200, N1_EPOCH)  # where the first lost append was acknowledged
             try:
                 await told.append(b"told-next")
                 next_outcome = "SUCCESS"
             except QuorumLogError as e:
                 next_outcome = type(e).__name__
-            assert (await told.append(b"told-after")).term == 2
+            assert (await told.append(b"told-after")).term == N1_EPOCH
             cluster.start(0)
             await wait_converged(c, cluster, "n1", ("n0", "n2"), timeout=30)
             logs = [await raw_log(n.address) for n in cluster.nodes]
@@ -528,8 +531,8 @@ def test_sync_append_without_backups_is_refused_with_slave_not_available(cluster
 # -- the old primary ---------------------------------------------------------------------------------
 def test_old_primary_returns_fenced_as_a_backup_of_the_new_epoch(cluster_factory: Any) -> None:
     """n0 holds an entry no backup has (written while both backups were down, before it could be acked)
-    when it is killed. n1 is promoted (epoch 2) and takes appends. The restarted n0 believes itself the
-    unconfirmed primary of epoch 1, learns epoch 2 from the others, and becomes n1's backup: no append sent
+    when it is killed. n1 is promoted (a new epoch) and takes appends. The restarted n0 believes itself the
+    unconfirmed primary of epoch 1, learns the new epoch from the others, and becomes n1's backup: no append sent
     to it is ever written there as primary, its unreplicated epoch-1 tail is cut at the agreed point, and
     its log converges to n1's byte for byte."""
     cluster = pb_cluster(cluster_factory, "sync")
@@ -565,8 +568,8 @@ def test_old_primary_returns_fenced_as_a_backup_of_the_new_epoch(cluster_factory
 
             docs = await await_until(backups_up, 20, "n1 and n2 back")
             assert all(d["end_index"] == end1 and d["epoch"] == 1 for d in docs.values()), docs
-            assert await c.promote("n1") == ("n1", 2)
-            await wait_primary(c, cluster, "n1", ("n2",), epoch=2)
+            assert await c.promote("n1") == ("n1", N1_EPOCH)
+            await wait_primary(c, cluster, "n1", ("n2",), epoch=N1_EPOCH)
             await _append_many(c, "epoch2", 300)
 
             # n0 comes back; every append sent to it alone is refused until (and after) it follows n1.
@@ -591,13 +594,13 @@ def test_old_primary_returns_fenced_as_a_backup_of_the_new_epoch(cluster_factory
                 assert set(answers) <= {"LEADER_NOT_READY", "NOT_LEADER"}, answers
                 st = await group_status(c, cluster, "n0")
                 assert st is not None
-                assert (st["role"], st["epoch"], st["primary"]) == ("follower", 2, "n1"), st
-                # The client sent to n0 alone follows the redirect: written by n1, in epoch 2.
+                assert (st["role"], st["epoch"], st["primary"]) == ("follower", N1_EPOCH, "n1"), st
+                # The client sent to n0 alone follows the redirect: written by n1, in its epoch.
                 r = await only_n0.append(b"redirected-to-n1")
-                assert r.term == 2
+                assert r.term == N1_EPOCH
 
             docs = await wait_converged(c, cluster, "n1", ("n0", "n2"), timeout=30)
-            assert docs["n0"]["last_epoch"] == 2
+            assert docs["n0"]["last_epoch"] == N1_EPOCH
             logs = [await raw_log(n.address) for n in cluster.nodes]
             assert logs[0] == logs[1] == logs[2]
             bodies = [b for _, b in await bodies_of(n1.address)]
