@@ -192,6 +192,11 @@ def _status(args: argparse.Namespace) -> int:
             role = g["role"]
             style = {"leader": "[bold green]", "candidate": "[yellow]"}.get(role, "")
             lag = ", ".join(f"{p}:{n}" for p, n in g.get("peer_lag", {}).items())
+            if g.get("replication") == "primary-backup":  # term is the epoch; the lag of each backup
+                role = ("primary" if g.get("confirmed") else "primary?") if role == "leader" else "backup"
+                in_sync = g.get("in_sync")
+                if in_sync is not None:
+                    lag += f" (in sync: {', '.join(in_sync) or 'none'})"
             table.add_row(addr, d["node"], name, f"{style}{role}", str(g["term"]), str(g["leader"] or "-"),
                           str(g["begin_index"]), str(g["end_index"]), str(g["committed_index"]),
                           str(g.get("producers", "-")), lag)
