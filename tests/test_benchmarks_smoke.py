@@ -20,3 +20,11 @@ def test_benchmark_script_runs(args: list[str]) -> None:
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "entries/s" in done.stdout
+
+
+def test_failover_benchmark_runs_one_round() -> None:
+    """The controller failover benchmark (a real 3-node primary/backup cluster, one SIGKILLed primary)."""
+    done = subprocess.run([sys.executable, str(BENCH / "failover_bench.py"), "--rounds", "1"], capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "no acknowledged append lost" in done.stdout
