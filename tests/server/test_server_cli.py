@@ -100,6 +100,9 @@ def test_admin_status_and_metrics(cluster_factory: Any) -> None:
                  "quorumlog_term", "quorumlog_role", "quorumlog_peer_lag_entries", "quorumlog_pending_appends"):
         assert name in text, name
     assert f'quorumlog_is_leader{{group="g0",node="{leader}"}} 1' in text
+    # The loop's lag: a 10 ms timer observed every tick, so a node up for a moment has many samples.
+    lag_count = next(line for line in text.splitlines() if line.startswith("quorumlog_loop_lag_seconds_count"))
+    assert int(lag_count.rsplit(" ", 1)[1]) > 10, lag_count
 
 
 def _free_range() -> int:

@@ -53,6 +53,8 @@ def render_metrics(node: NodeServer) -> str:
     x.sample("quorumlog_peer_messages_dropped_total", "counter", "Raft messages dropped (peer unreachable)",
              node.links.dropped, node=node_label)
     x.sample("quorumlog_tail_subscriptions", "gauge", "live TAIL subscriptions", len(node.tails), node=node_label)
+    x.histogram("quorumlog_loop_lag_seconds", "how late the event loop ran a 10 ms timer: the time a frame may "
+                "wait to be handled", node.loop_lag, node=node_label)
     x.sample("quorumlog_hello_refused_total", "counter", "connections refused at HELLO (cluster, secret, members)",
              node.server.refusals.count if node.server is not None else 0, node=node_label)
     for pid, n in sorted(node.links.refusals().items()):

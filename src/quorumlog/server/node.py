@@ -39,6 +39,7 @@ from ..net.server import Server, serve
 from ..raft.member import members_digest
 from .codec import HA_MESSAGES, PEER_OPS, PeerMessage, decode_message
 from .group import Group, now_ms
+from .metrics import Histogram
 from .peers import PeerLinks, split_address
 from .reads import get_committed, read_committed
 from .tail import Tails
@@ -81,6 +82,7 @@ class NodeServer:
         self.started = time.time()
         self.admin: Any = None
         self.controller: Any = None  # controller.Controller, when a primary/backup group has one
+        self.loop_lag = Histogram()  # seconds each tick woke late (admin: quorumlog_loop_lag_seconds)
         peers: dict[str, str] = {}
         for g in cfg.groups:
             peers.update(g.peers)
@@ -194,8 +196,12 @@ class NodeServer:
 
     async def _ticker(self) -> None:
         # Group.tick survives core errors itself (only a DiskError stops the node, through _fatal_error).
+        # How late each tick wakes is the event loop's lag: the time any frame may wait to be handled.
+        loop = asyncio.get_running_loop()
         while True:
+            due = loop.time() + TICK_S
             await asyncio.sleep(TICK_S)
+            self.loop_lag.observe(max(0.0, loop.time() - due))
             for g in self.groups.values():
                 g.tick()
             if self.controller is not None:
