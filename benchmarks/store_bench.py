@@ -48,9 +48,9 @@ def appends(directory: str, body_size: int, batch: int, flush: str, seconds: flo
     path = tempfile.mkdtemp(dir=directory)
     store = FileStore(path, cfg)
     store.append([b"w"], 1)
-    # Measure the steady state: the first segment and the spare allocated ahead are ready.
-    store.data.wait_spare()
-    store.index.wait_spare()
+    # Measure the steady state: the window of blocks filled ahead of the writes is ready.
+    store.data.wait_filled()
+    store.index.wait_filled()
     bodies = [os.urandom(body_size)] * batch
     n = 0
     t0 = time.perf_counter()

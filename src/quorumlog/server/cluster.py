@@ -177,30 +177,6 @@ class LocalCluster:
                 out[node.node_id] = node.proc.wait(5)
         return out
 
-    def wait_preallocated(self, timeout: float = 300.0) -> bool:
-        """Wait (bounded) until every store's spare data and index segments are fully zero-filled.
-
-        A fresh store writes its first segment and then a spare of each kind in the background; on one
-        shared disk that competes with the appends of a benchmark for minutes' worth of bandwidth.
-        """
-        from ..config import StoreConfig
-
-        cfg = StoreConfig(**self.store)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            ready = True
-            for node in self.nodes:
-                for g in self.group_names:
-                    base = node.data_dir / g / node.node_id
-                    for kind, size in (("data", cfg.data_segment_bytes), ("index", cfg.index_segment_bytes)):
-                        spares = list((base / kind).glob("*.spare"))
-                        if not spares or any(p.stat().st_size < size for p in spares):
-                            ready = False
-            if ready:
-                return True
-            time.sleep(0.2)
-        return False
-
     def __enter__(self) -> LocalCluster:
         return self
 

@@ -1,5 +1,12 @@
-"""SegmentList: fixed-size, pre-allocated files named by their 20-digit start offset (DLedger's
-MmapFileList). Written with pwrite, read through a read-only shared mmap of each file."""
+"""SegmentList: fixed-size files named by their 20-digit start offset (DLedger's MmapFileList). Written
+with pwrite, read through a read-only shared mmap of each file.
+
+A segment is created sparse (its full size at once, no blocks), so a new store starts at once and an
+empty one takes no disk. Writes into holes would make every fdatasync also commit block allocation, so a
+background filler zero-fills a bounded window ahead of the write position (FILL_AHEAD, in paced chunks,
+each made durable by the filler itself): appends then land in written blocks, as in a pre-allocated
+file, and the disk holds the data plus that window. The filler never writes below a byte the writer may
+have written: both take `_fill_lock` around any write at or past `_filled`."""
 
 from __future__ import annotations
 
@@ -7,13 +14,18 @@ import contextlib
 import mmap
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 from ..errors import StoreError
 from .vfs import OsFiles
 
 NAME_DIGITS = 20
-SPARE_SUFFIX = ".spare"
+SPARE_SUFFIX = ".spare"  # segments allocated ahead by earlier versions: removed at load
+FILL_AHEAD = 32 << 20  # bytes zero-filled ahead of the write position
+FILL_CHUNK = 1 << 20
+FILL_ALIGN = 4096  # O_DIRECT writes whole blocks
+FILL_PAUSE_S = 0.002  # between chunks once the window is half full: the appends keep most of the disk
 
 
 @dataclass(eq=False)
@@ -43,8 +55,14 @@ class SegmentList:
         # Guards `dirty` alone, held only for a set operation: a writer adding a segment while a flush
         # swaps the set must not add it to the set the flush has already taken.
         self._dirty_lock = threading.Lock()
-        self.preallocate = preallocate
-        self._spare: tuple[str, threading.Thread, list[int | BaseException]] | None = None
+        self.preallocate = preallocate  # fill ahead (False: a read-only verifier never writes)
+        self._filled = 0  # bytes below this offset are written (data or zeros); above may be holes
+        self._write_end = 0  # the end of the latest write
+        self._fill_lock = threading.Lock()
+        self._fill_wanted = threading.Event()
+        self._filler: threading.Thread | None = None
+        self._closing = False
+        self.fill_error: BaseException | None = None  # the filler stopped (the appends still work)
 
     # -- loading -------------------------------------------------------------------------------
     def load(self, cache: bool = False) -> list[str]:
@@ -81,9 +99,9 @@ class SegmentList:
                 self.files.close(fd)
                 raise StoreError(f"{path}: {actual} bytes, larger than the segment size {self.size}")
             if actual < self.size:
-                # A crash while the file was being allocated: finish the allocation.
+                # A file written before segments were created sparse, cut short by a crash.
                 notes.append(f"{path}: completed a partial allocation ({actual} of {self.size} bytes)")
-                self.files.allocate(fd, self.size)
+                self.files.extend(fd, self.size)
             self.segments.append(Segment(start, path, fd, self.files.map(fd, self.size)))
             prev = start
         return notes
@@ -116,7 +134,7 @@ class SegmentList:
 
     # -- writing -------------------------------------------------------------------------------
     def ensure(self, offset: int) -> Segment:
-        """The segment holding `offset`, creating (pre-allocated) segments up to it."""
+        """The segment holding `offset`, creating (sparse) segments up to it."""
         seg = self.find(offset)
         if seg is not None:
             return seg
@@ -126,9 +144,7 @@ class SegmentList:
         nxt = self.end if self.segments else base
         while True:
             path = os.path.join(self.dir, f"{nxt:0{NAME_DIGITS}d}")
-            fd = self._take_spare(path)
-            if fd is None:
-                fd = self._open_allocated(path)
+            fd = self._open_allocated(path)
             try:
                 mapped = self.files.map(fd, self.size)
             except BaseException:
@@ -139,71 +155,103 @@ class SegmentList:
                 self.segments.append(seg)
             self.files.fsync_dir(self.dir)
             if nxt == base:
-                self._start_spare()
                 return seg
             nxt += self.size
 
     def _open_allocated(self, path: str) -> int:
-        """Open (creating) `path` and zero-fill it to the segment size; its fd."""
+        """Open (creating) `path` at the segment size, sparse and durable; its fd."""
         fd = self.files.open(path)
         try:
-            self.files.allocate(fd, self.size)
+            self.files.extend(fd, self.size)
         except BaseException:
             self.files.close(fd)
             raise
         return fd
 
-    # A spare segment is zero-filled in a background thread while the current one fills, so a
-    # roll costs a rename rather than writing a whole segment of zeros (RocketMQ allocates ahead too).
-    def _start_spare(self) -> None:
-        if not self.preallocate:
+    # -- filling ahead -------------------------------------------------------------------------
+    def _wake_filler(self) -> None:
+        if not self.preallocate or self._closing:
             return
-        path = os.path.join(self.dir, f"{self.end:0{NAME_DIGITS}d}{SPARE_SUFFIX}")
-        result: list[int | BaseException] = []
+        if self._filler is None:
+            self._filler = threading.Thread(target=self._fill, name=f"fill:{self.dir}", daemon=True)
+            self._filler.start()
+        self._fill_wanted.set()
 
-        def allocate() -> None:
+    def _fill(self) -> None:
+        zeros = mmap.mmap(-1, FILL_CHUNK)  # page-aligned zeros, as O_DIRECT needs
+        try:
+            while not self._closing:
+                self._fill_wanted.wait()
+                self._fill_wanted.clear()
+                while not self._closing and self._fill_chunk(memoryview(zeros)):
+                    if self._filled - self._write_end > FILL_AHEAD // 2:
+                        time.sleep(FILL_PAUSE_S)  # comfortably ahead: leave the disk to the appends
+        except OSError as e:  # e.g. ENOSPC: no more filling ahead; appends then allocate as they write
+            self.fill_error = e
+        finally:
+            zeros.close()
+
+    def _fill_chunk(self, zeros: memoryview) -> bool:
+        """Zero-fill the next aligned chunk ahead of the writer, durably; False when the window is full.
+
+        The zeros go through an fd of their own, O_DIRECT where the file system allows it: they pass by
+        the page cache, so no append's fdatasync ever writes them, and what that fdatasync then finds is
+        written blocks, as in a pre-allocated file. A segment dropped meanwhile only gets zeros in its
+        unlinked file; the flush (`lock`) never waits for the filler's I/O, the writer (`_fill_lock`)
+        only for its pwrite."""
+        with self.lock:
+            start = -(-self._filled // FILL_ALIGN) * FILL_ALIGN  # the block the writer is in is allocated
+            end = self._write_end + FILL_AHEAD
+            seg = self.find(start) if start + FILL_ALIGN <= end else None
+            if seg is None:
+                return False  # ahead far enough, or at the last segment's end (the writer creates more)
             try:
-                result.append(self._open_allocated(path))
-            except BaseException as e:  # reported when the spare is taken
-                result.append(e)
+                fd = os.open(seg.path, os.O_WRONLY | getattr(os, "O_DIRECT", 0) | getattr(os, "O_CLOEXEC", 0))
+            except OSError:  # no O_DIRECT here (tmpfs): buffered, then synced below
+                fd = os.dup(seg.fd)
+        try:
+            with self._fill_lock:
+                if self._filled > start:
+                    return True  # the writer went past meanwhile: look again
+                n = min(len(zeros), seg.start + self.size - start, end - start) // FILL_ALIGN * FILL_ALIGN
+                if n <= 0:
+                    return False
+                self.files.pwrite(fd, zeros[:n], start - seg.start)
+                self._filled = start + n
+            self.files.fdatasync(fd)  # the allocation durable now, not in an append's fdatasync
+        finally:
+            os.close(fd)
+        return True
 
-        thread = threading.Thread(target=allocate, name=f"allocate:{path}", daemon=True)
-        thread.start()
-        self._spare = (path, thread, result)
-
-    def wait_spare(self) -> None:
-        """Block until the spare segment being allocated ahead (if any) is ready."""
-        if self._spare is not None:
-            self._spare[1].join()
-
-    def _take_spare(self, path: str) -> int | None:
-        """The spare's fd renamed to `path`, if the spare is for it; None to allocate in line."""
-        spare, self._spare = self._spare, None
-        if spare is None:
-            return None
-        spare_path, thread, result = spare
-        thread.join()
-        outcome = result[0] if result else None
-        if spare_path != path + SPARE_SUFFIX or not isinstance(outcome, int):
-            if isinstance(outcome, int):
-                self.files.close(outcome)
-            with contextlib.suppress(OSError):
-                self.files.unlink(spare_path)
-            if isinstance(outcome, OSError):
-                raise outcome
-            return None
-        os.replace(spare_path, path)
-        return outcome
+    def wait_filled(self, timeout: float = 60.0) -> bool:
+        """Block (bounded) until the window ahead of the write position is filled (benchmarks)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._fill_lock:
+                target = min(self._write_end + FILL_AHEAD, self.end)
+                if not self.preallocate or self._filled >= target or self.fill_error is not None:
+                    return True
+            time.sleep(0.01)
+        return False
 
     def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         """pwrite `data` at `offset`; it must not cross a segment boundary."""
         seg = self.ensure(offset)
         rel = offset - seg.start
+        end = offset + len(data)
         if rel + len(data) > self.size:
             raise StoreError(f"{self.dir}: write of {len(data)} bytes at {offset} crosses a segment end")
-        self.files.pwrite(seg.fd, data, rel)
+        if end <= self._filled:  # below the filler's mark: it never writes there
+            self.files.pwrite(seg.fd, data, rel)
+        else:
+            with self._fill_lock:
+                self.files.pwrite(seg.fd, data, rel)
+                self._filled = max(self._filled, end)
+        self._write_end = end
         with self._dirty_lock:
             self.dirty.add(seg)
+        if self._filled < end + FILL_AHEAD // 2:
+            self._wake_filler()
 
     def zero(self, offset: int, end: int) -> None:
         """Write zeros over [offset, end) within existing segments (stale bytes must not survive)."""
@@ -235,6 +283,7 @@ class SegmentList:
         with self.lock:
             while self.segments and self.segments[-1].start > offset - offset % self.size:
                 self._release(self.segments.pop())
+            self._forget_filled()
         self.files.fsync_dir(self.dir)
 
     def drop_before(self, offset: int) -> int:
@@ -254,7 +303,14 @@ class SegmentList:
         with self.lock:
             while self.segments:
                 self._release(self.segments.pop())
+            self._forget_filled()
         self.files.fsync_dir(self.dir)
+
+    def _forget_filled(self) -> None:
+        """Segments went: a segment created again where they were starts with holes."""
+        with self._fill_lock:
+            self._filled = min(self._filled, self.end)
+            self._write_end = min(self._write_end, self.end)
 
     def _release(self, seg: Segment) -> None:
         self._close(seg)
@@ -269,18 +325,11 @@ class SegmentList:
             seg.map.close()
         self.files.close(seg.fd)
 
-    def _drop_spare(self) -> None:
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            path, thread, result = spare
-            thread.join()
-            if result and isinstance(result[0], int):
-                self.files.close(result[0])
-            with contextlib.suppress(OSError):
-                self.files.unlink(path)
-
     def close(self) -> None:
-        self._drop_spare()
+        self._closing = True
+        self._fill_wanted.set()
+        if self._filler is not None:
+            self._filler.join()
         with self.lock:
             for seg in self.segments:
                 self._close(seg)

@@ -20,7 +20,7 @@ class _ReadOnlyFiles(OsFiles):
     def open(self, path: str) -> int:
         return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
 
-    def allocate(self, fd: int, size: int) -> None:
+    def extend(self, fd: int, size: int) -> None:
         raise StoreError("a segment file is shorter than its segment size")
 
     def unlink(self, path: str) -> None:

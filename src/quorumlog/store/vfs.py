@@ -32,15 +32,9 @@ class OsFiles:
     def size(self, fd: int) -> int:
         return os.fstat(fd).st_size
 
-    def allocate(self, fd: int, size: int) -> None:
-        """Fill the file with zeros up to `size` and sync it: writes into pre-written blocks are
-        pure data writes, so the fdatasync of an append commits no file metadata."""
-        zeros = bytes(min(size, 1 << 20))
-        off = self.size(fd)
-        while off < size:
-            n = min(len(zeros), size - off)
-            self.pwrite(fd, memoryview(zeros)[:n], off)
-            off += n
+    def extend(self, fd: int, size: int) -> None:
+        """Make the file `size` bytes long (sparse: no blocks) and sync that."""
+        os.ftruncate(fd, size)
         self.fsync(fd)
 
     def map(self, fd: int, size: int) -> mmap.mmap:
