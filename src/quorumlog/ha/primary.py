@@ -72,7 +72,9 @@ class Primary:
         self.epoch = epoch
         self.stats = stats
         self.sync = cfg.ack == "sync"
-        self.appends = Appends(store, raft, stats, producers, epoch, node_id)
+        # A SYNC append that waited out its time is RocketMQ's FLUSH_SLAVE_TIMEOUT.
+        timeout = ResponseCode.FLUSH_SLAVE_TIMEOUT if self.sync else ResponseCode.WAIT_QUORUM_ACK_TIMEOUT
+        self.appends = Appends(store, raft, stats, producers, epoch, node_id, timeout)
         self.backups = {m: BackupView(m) for m in members if m != node_id}
         self.isr = set(isr) & set(self.backups)  # as recorded (by the controller, or here without one)
         self.isr_joining: set[str] = set()  # caught up, not recorded yet: counted for commit already
@@ -121,15 +123,7 @@ class Primary:
 
     def tick(self, now: int, out: Ready) -> None:
         self._check_isr(now)
-        before = len(out.completions)
         self.appends.expire(now, out)
-        if self.sync:  # a SYNC append that waited out its time: RocketMQ's FLUSH_SLAVE_TIMEOUT
-            timeout = int(ResponseCode.WAIT_QUORUM_ACK_TIMEOUT)
-            for i in range(before, len(out.completions)):
-                c = out.completions[i]
-                if c.code == timeout:
-                    out.completions[i] = Completion(c.request_id, int(ResponseCode.FLUSH_SLAVE_TIMEOUT), APPEND,
-                                                    c.first_index, c.last_index, c.term, c.positions, c.leader_id)
         self._advance(out)
         self._stream(now, out)
         beat = self.cfg.ha_heartbeat_interval_ms

@@ -49,17 +49,19 @@ class PendingAppend:
 class Appends:
     """The client appends of one leader term."""
 
-    __slots__ = ("store", "config", "stats", "producers", "term", "node_id", "pending", "duplicates",
-                 "_last_client", "_last_client_at")
+    __slots__ = ("store", "config", "stats", "producers", "term", "node_id", "timeout_code", "pending",
+                 "duplicates", "_last_client", "_last_client_at")
 
     def __init__(self, store: LogStore, config: RaftConfig, stats: Counter[str], producers: ProducerTable,
-                 term: int, node_id: str) -> None:
+                 term: int, node_id: str, timeout_code: ResponseCode = ResponseCode.WAIT_QUORUM_ACK_TIMEOUT) -> None:
         self.store = store
         self.config = config
         self.stats = stats
         self.producers = producers
         self.term = term
         self.node_id = node_id
+        # The answer to a wait that ran out (a primary/backup SYNC primary says FLUSH_SLAVE_TIMEOUT).
+        self.timeout_code = timeout_code
         self.pending: deque[PendingAppend] = deque()  # written by this leader, in index order
         self.duplicates: list[PendingAppend] = []  # retries of requests not committed yet
         self._last_client = -1
@@ -187,17 +189,17 @@ class Appends:
 
     def expire(self, now: int, out: Ready) -> None:
         pending = self.pending
+        code = int(self.timeout_code)
         while pending and pending[0].deadline <= now:
             p = pending.popleft()
-            self.stats["append_wait_quorum_ack_timeout"] += 1
-            out.completions.append(Completion(p.request_id, int(ResponseCode.WAIT_QUORUM_ACK_TIMEOUT), APPEND,
-                                              p.first_index, p.last_index, self.term, p.positions, self.node_id))
+            self.stats[f"append_{self.timeout_code.name.lower()}"] += 1
+            out.completions.append(Completion(p.request_id, code, APPEND, p.first_index, p.last_index, self.term,
+                                              p.positions, self.node_id))
         if self.duplicates and any(p.deadline <= now for p in self.duplicates):
             late = [p for p in self.duplicates if p.deadline <= now]
             self.duplicates = [p for p in self.duplicates if p.deadline > now]
             for p in late:
-                out.completions.append(Completion(p.request_id, int(ResponseCode.WAIT_QUORUM_ACK_TIMEOUT), APPEND,
-                                                  term=self.term, leader_id=self.node_id))
+                out.completions.append(Completion(p.request_id, code, APPEND, term=self.term, leader_id=self.node_id))
 
     def step_down(self, leader_id: str | None, out: Ready) -> None:
         """Leadership lost: every wait of this term ends with TERM_CHANGED (its entries may still commit)."""
