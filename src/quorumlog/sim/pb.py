@@ -36,7 +36,7 @@ from ..store.memory import MemoryStore
 from .checker import Checker, InvariantViolation, chain_at, header_at
 from .cluster import SIM_RETRY_MS, Proposal, SimProducer
 from .network import LinkFaults, Network, partition_links
-from .runner import SeedResult, parse_seeds
+from .runner import SeedResult, parse_seeds, run_cluster
 
 GROUP, CTL = "pb", "ctl"
 PB_FAULTS = ("drop", "delay", "partition", "crash", "pause", "disk")
@@ -179,6 +179,9 @@ class PbCluster:
 
     def _trace(self, who: str, text: str) -> None:
         self.trace.append((self.time, who, text))
+
+    def close(self) -> None:
+        """Nothing to release: the stores are in memory (run_cluster closes the Raft simulator's files)."""
 
     def format_trace(self) -> str:
         return "\n".join(f"{t:>8} {'net' if who == 'send' else who:<4} {describe(what) if who == 'send' else what}"
@@ -436,17 +439,7 @@ def describe(m: Any) -> str:
 
 def run_pb_seed(seed: int, cfg: PbConfig) -> SeedResult:
     """Run one seed to the end or to the first violated invariant (an exception of the core is one too)."""
-    c = PbCluster(seed, cfg)
-    try:
-        for _ in range(cfg.steps):
-            c.step()
-        c.checker.final()
-    except Exception as e:
-        error = str(e) if isinstance(e, InvariantViolation) else f"{type(e).__name__}: {e}"
-        return SeedResult(seed, False, error, c.format_trace(), c.step_no, c.stats)
-    c.stats.update(acked_entries=c.checker.acked_entries, committed_entries=len(c.checker.ref),
-                   messages_sent=c.net.sent, messages_dropped=c.net.dropped)
-    return SeedResult(seed, True, step=c.step_no, stats=c.stats)
+    return run_cluster(seed, PbCluster(seed, cfg), cfg.steps)
 
 
 def main(argv: list[str] | None = None) -> int:

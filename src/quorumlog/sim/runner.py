@@ -12,6 +12,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .checker import InvariantViolation
 from .cluster import ALL_FAULTS, Cluster, SimConfig
@@ -29,14 +30,19 @@ class SeedResult:
 
 def run_seed(seed: int, cfg: SimConfig) -> SeedResult:
     """Run one seed to the end or to the first violated invariant."""
-    cluster = Cluster(seed, cfg)
+    return run_cluster(seed, Cluster(seed, cfg), cfg.steps)
+
+
+def run_cluster(seed: int, cluster: Any, steps: int) -> SeedResult:
+    """Step a simulated cluster (Raft's, or pb.py's) `steps` times and check the end; the first violated
+    invariant, or exception of a core (a finding too, with the same trace), ends the run."""
     try:
-        for _ in range(cfg.steps):
+        for _ in range(steps):
             cluster.step()
         cluster.checker.final()
     except InvariantViolation as e:
         return SeedResult(seed, False, str(e), cluster.format_trace(), cluster.step_no, cluster.stats)
-    except Exception as e:  # a crash of the core is a finding too, with the same trace
+    except Exception as e:
         return SeedResult(seed, False, f"{type(e).__name__}: {e}", cluster.format_trace(), cluster.step_no,
                           cluster.stats)
     finally:
