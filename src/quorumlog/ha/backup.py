@@ -43,6 +43,7 @@ class Backup:
         self.reported_ms = now
         self.reported = -1
         self.frames: deque[tuple[int, int]] = deque()  # (last index, end offset) written, not yet acked
+        self.last_error = ""  # why the latest frame was refused (status: last_frame_error)
         # The log up to here is known to be the primary's (agreed or streamed; entries of its epoch are its
         # own, streamed once durable): a truncate cutting below it answers an earlier handshake.
         self.held = store.end_index if store.end_term == epoch else store.begin_index - 1
@@ -107,24 +108,18 @@ class Backup:
         if offset < 0 and now - self.streaming_since > self.cfg.ha_heartbeat_interval_ms:
             # The primary no longer streams to us (it restarted, refused a report, or our entries expired
             # under us): handshake again now rather than after the silence timeout.
-            self.stats["ha_restarts_by_primary"] += 1
-            self.streaming = False
-            self.next_try = now
+            self._handshake_again("ha_restarts_by_primary", now)
             return
         if offset >= 0 and offset != store.write_pos or size != len(frame) - FRAME_HEADER.size:
             # Out of order, or (a heartbeat names where the primary's frames end) a frame was lost.
-            self.stats["ha_frames_out_of_order"] += 1
-            self.streaming = False
-            self.next_try = now
+            self._handshake_again("ha_frames_out_of_order", now)
             return
         if size:
             try:
                 metas = store.append_encoded_metas(memoryview(frame)[FRAME_HEADER.size:])[1]
             except CorruptEntryError as e:
-                self.stats["ha_frames_corrupt"] += 1
                 self.last_error = str(e)
-                self.streaming = False
-                self.next_try = now
+                self._handshake_again("ha_frames_corrupt", now)
                 return
             if metas:
                 self.producers.record_metas(metas)
@@ -151,4 +146,7 @@ class Backup:
         self.reported = offset
         self.reported_ms = now
 
-    last_error = ""
+    def _handshake_again(self, why: str, now: int) -> None:
+        self.stats[why] += 1
+        self.streaming = False
+        self.next_try = now

@@ -102,6 +102,8 @@ class HaNode:
             doc["refused_reports"] = list(p.refusals)
         elif self.backup is not None:
             doc["streaming"] = self.backup.streaming
+            if self.backup.last_error:
+                doc["last_frame_error"] = self.backup.last_error
         return doc
 
     # -- inputs ------------------------------------------------------------------------------------
