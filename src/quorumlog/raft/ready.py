@@ -4,7 +4,8 @@ The contract, persist → flush → send → complete:
 
 1. **Persist.** The core has already written to the store through its API (appends, truncations, the
    vote); those calls are cheap (memory or page cache). `store.save_vote` is durable when it returns, so a
-   vote response may go out at once.
+   vote response may go out at once; or, as the server's NodeStore does, it only takes the vote, and the
+   driver holds every message sent after it until `persist_stable()` made it durable.
 2. **Flush.** When `ready.must_flush` is set the driver calls `store.flush()` once for everything written
    so far (group commit: many Readies may share one flush), then `node.on_flushed(durable, now_ms)` and
    applies the Ready that returns the same way.

@@ -116,6 +116,7 @@ class Group:
         # One thread per group: its flushes and checkpoints run one at a time, in order.
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"flush-{cfg.name}")
         self.inbox: list[PeerMessage] = []
+        self._held: list[PeerMessage] | None = None  # messages waiting for a term or vote to be durable
         self.appends: list[_Append] = []
         self._waiting: dict[int, _Append] = {}  # request id -> append given to the core
         self._transfers: dict[int, tuple[Connection, Frame]] = {}
@@ -207,9 +208,34 @@ class Group:
             self.core_error("propose", e)
 
     def apply(self, ready: Ready) -> None:
-        """Hand `ready` to the driver, then wake readers waiting for the commit index."""
+        """Hand `ready` to the driver, then wake readers waiting for the commit index.
+
+        A term or vote the core just took is written in the worker thread, queued before any flush
+        this Ready starts (the thread runs them in order), and the messages the node sends until it is
+        durable are held: no vote, vote request or ack of a new term leaves before its term is on disk.
+        """
+        if self._held is None and self.store.stable_unsaved:
+            self._persist_stable()
         self.driver.apply(ready, now_ms())
         self._note_commit()
+
+    def _persist_stable(self) -> None:
+        if self._held is None:
+            self._held = []
+        self._loop.run_in_executor(self._executor, self.store.persist_stable).add_done_callback(self._stable_saved)
+
+    def _stable_saved(self, fut: asyncio.Future[None]) -> None:
+        if self._closed:
+            return
+        if fut.exception() is not None:  # the store failed its fsync: fail-stop
+            self._on_fatal(fut.exception())  # type: ignore[arg-type]
+            return
+        if self.store.stable_unsaved:  # the term moved on meanwhile: write that too, still holding
+            self._persist_stable()
+            return
+        held, self._held = self._held or [], None
+        for m in held:
+            self._send_message(m)
 
     def _note_commit(self) -> None:
         committed = self.store.committed_index
@@ -219,6 +245,11 @@ class Group:
             self.commit_changed = asyncio.Event()
 
     def _send_message(self, m: PeerMessage) -> None:
+        if self._held is None and self.store.stable_unsaved:  # changed outside apply (on_flushed)
+            self._persist_stable()
+        if self._held is not None:
+            self._held.append(m)
+            return
         if type(m) is PushRequest and m.data:
             self.stats.push_bytes_out += len(m.data)
         self._send(m)

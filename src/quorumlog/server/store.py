@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 
+from ..store.checkpoint import StableState
 from ..store.file_store import FileStore
 
 
@@ -44,6 +45,14 @@ class NodeStore(FileStore):
             cache.clear()
         cache[key] = result
         return result
+
+    def _save_stable(self, state: StableState) -> None:
+        """Term and vote changes are taken at once and written by `persist_stable()` in the group's worker
+        thread: an fsync on the loop would stall every group. The group holds the messages the node
+        sends meanwhile until the write is done, so nothing that depends on a vote leaves before it is
+        durable (Group.apply)."""
+        self._check_writable()
+        self._stable.remember(state)
 
     def flush(self) -> int:
         with self.io_lock:

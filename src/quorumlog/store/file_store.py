@@ -437,6 +437,18 @@ class FileStore(FileCuts):
         except OSError as e:
             self._fail(e)
 
+    @property
+    def stable_unsaved(self) -> bool:
+        """Term, vote or recovery flag changed and is not yet durable (see NodeStore)."""
+        return self._stable.unsaved
+
+    def persist_stable(self) -> None:
+        """Make the current term, vote and recovery flag durable (any thread)."""
+        try:
+            self._stable.persist()
+        except OSError as e:
+            self._fail(e)
+
     def close(self) -> None:
         if self._closed:
             return
@@ -444,6 +456,7 @@ class FileStore(FileCuts):
             self._stop.set()
             self._flusher.join()
         if self._failed is None:
+            self.persist_stable()
             self.flush()
             self.checkpoint()
         self._closed = True

@@ -9,6 +9,7 @@ it aside, so that the node starts pristine and rejoins as a replacement (docs/op
 from __future__ import annotations
 
 import os
+import threading
 
 from ..errors import StoreStateError
 from .checkpoint import (
@@ -47,6 +48,8 @@ class StableFiles:
         self.files = files
         self._has_currterm = os.path.exists(os.path.join(directory, "currterm"))
         self.state: StableState = read_stable(directory)
+        self.version = self._saved_version = 0  # bumped by remember(), recorded by persist()
+        self._lock = threading.Lock()
         recorded = read_identity(directory)
         segments = data_segment_starts(directory)
         cp_used = cp.begin_index > 0 or cp.end_index >= 0 or cp.committed_index >= 0
@@ -74,15 +77,39 @@ class StableFiles:
 
     def save(self, state: StableState) -> None:
         """Persist `currterm` durably (OSError on failure, the old state kept)."""
-        write_stable(self.files, self.dir, state)
-        self.state = state
-        self._has_currterm = True
+        with self._lock:
+            write_stable(self.files, self.dir, state)
+            self.state = state
+            self.version += 1
+            self._saved_version = self.version
+            self._has_currterm = True
+
+    def remember(self, state: StableState) -> None:
+        """Take `state` as current without writing it; `persist()` (any thread) makes it durable."""
+        self.state = state  # before the version: a persist that sees the new version sees this state
+        self.version += 1
+
+    @property
+    def unsaved(self) -> bool:
+        """The current state is not yet known durable."""
+        return self._saved_version != self.version
+
+    def persist(self, always: bool = False) -> None:
+        """Write the current state if it is not durable yet, or `always` (OSError on failure).
+        Thread-safe: writers take turns, and each writes the newest state at its turn."""
+        with self._lock:
+            state, version = self.state, self.version
+            if version == self._saved_version and not always:
+                return
+            write_stable(self.files, self.dir, state)
+            self._has_currterm = True
+            self._saved_version = version
 
     def ensure_currterm(self) -> None:
         """Write `currterm` if the store has none yet. Called before the first entry or identity is
         written, so that a log or an identity without `currterm` always means that it was lost."""
         if not self._has_currterm:
-            self.save(self.state)
+            self.persist(always=True)
 
     def set_identity(self, identity: str) -> None:
         """Record the group identity durably (currterm first: see ensure_currterm)."""
