@@ -296,3 +296,41 @@ def test_raft_recovery_survives_a_restart_midway() -> None:
     s.run(1000)
     assert not node.recovering and node.can_vote()
     assert not store.recovering  # persisted: a restart now would not recover again
+
+
+def test_raft_candidate_asks_again_members_that_did_not_grant() -> None:
+    """A vote request lost (a member not yet up or connected) is sent again every heartbeat interval,
+    to the members that have not granted, so the round is won without waiting for the next one."""
+    s = Script(["n0", "n1", "n2"])
+    s.tick("n0")
+    s.tick("n0", s.nodes["n0"].elector.deadline - s.clock["n0"])  # type: ignore[operator]
+    first = [m for m in s.queue if type(m) is VoteRequest]
+    assert {m.target for m in first} == {"n1", "n2"} and all(m.pre_vote for m in first)
+    s.deliver(drop=lambda m: m.target == "n2")  # n2 never hears it; n1 grants
+    s.deliver(drop=lambda m: True)  # and n1's grant is lost too
+    s.tick("n0", SCRIPT_RAFT.heartbeat_interval_ms - 1)
+    assert not s.queue  # not before the interval
+    s.tick("n0", 1)
+    again = [m for m in s.queue if type(m) is VoteRequest]
+    assert {m.target for m in again} == {"n1", "n2"} and all(m.pre_vote and m.term == 1 for m in again)
+    s.settle()
+    assert s.leader() == "n0" and s.nodes["n0"].term == 1
+
+
+def test_raft_pristine_group_elects_its_first_member_without_a_timeout() -> None:
+    s = Script(["n2", "n1", "n0"], bootstrapped=False)
+    s.tick_all(0)  # probes
+    s.settle()  # answers: every member bootstraps; n0, the lowest id, campaigns at its next tick
+    for i in ("n1", "n2"):
+        s.tick(i)
+        assert s.nodes[i].role == Role.FOLLOWER
+    s.tick("n0")
+    s.settle()
+    assert s.leader() == "n0" and s.clock["n0"] == 0
+    # With a preferred leader, that member opens the election instead.
+    s = Script(["n0", "n1", "n2"], config=replace(SCRIPT_RAFT, preferred_leader="n2"), bootstrapped=False)
+    s.tick_all(0)
+    s.settle()
+    s.tick_all(0)
+    s.settle()
+    assert s.leader() == "n2" and s.clock["n2"] == 0

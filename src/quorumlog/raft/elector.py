@@ -43,7 +43,7 @@ class Elector:
     __slots__ = ("member", "store", "config", "rng", "stats", "peer_match", "election_timeout", "deadline",
                  "last_leader_contact", "pre_candidate", "votes", "next_heartbeat", "leader_since",
                  "peer_seen", "heard", "started", "transfer_target", "transfer_deadline", "transfer_request",
-                 "transfer_sent", "next_preferred_check", "jitter")
+                 "transfer_sent", "next_preferred_check", "jitter", "round", "next_ask")
 
     def __init__(self, member: MemberState, store: LogStore, config: RaftConfig, rng: random.Random,
                  stats: Counter[str], peer_match: Callable[[str], int]) -> None:
@@ -69,6 +69,8 @@ class Elector:
         self.transfer_sent = False
         self.next_preferred_check = 0
         self.jitter = 0
+        self.round: tuple[int, bool, bool] | None = None  # the running vote round: (term, pre-vote, transfer)
+        self.next_ask = 0
 
     # -- timers --------------------------------------------------------------------------------
     def reset_timer(self, now: int) -> None:
@@ -92,6 +94,8 @@ class Elector:
             self.reset_timer(now)
             return None
         if now < self.deadline:
+            if m.role == Role.CANDIDATE and now >= self.next_ask:
+                self._ask_again(now, out)
             return None
         if not can_lead:
             # Protocol-aware recovery: a node that lost committed entries waits for a leader.
@@ -108,7 +112,7 @@ class Elector:
         self.votes = {m.node_id: True}
         self.reset_timer(now)
         self.stats["pre_votes_started"] += 1
-        self._request_votes(m.term + 1, pre_vote=True, transfer=False, out=out)
+        self._request_votes(m.term + 1, pre_vote=True, transfer=False, now=now, out=out)
         return self._count_votes()
 
     def start_campaign(self, now: int, out: Ready, transfer: bool) -> Outcome | None:
@@ -118,7 +122,7 @@ class Elector:
         self.votes = {m.node_id: True}
         self.reset_timer(now)
         self.stats["campaigns"] += 1
-        self._request_votes(m.term, pre_vote=False, transfer=transfer, out=out)
+        self._request_votes(m.term, pre_vote=False, transfer=transfer, now=now, out=out)
         return self._count_votes()
 
     def on_become_follower(self, now: int, leader_known: bool, restart_timer: bool) -> None:
@@ -129,13 +133,30 @@ class Elector:
         elif restart_timer:
             self.reset_timer(now)
 
-    def _request_votes(self, term: int, pre_vote: bool, transfer: bool, out: Ready) -> None:
+    def campaign_now(self, now: int) -> None:
+        """Time out at the next tick (a new group's first member campaigns at once, node.py)."""
+        self.deadline = now
+
+    def _request_votes(self, term: int, pre_vote: bool, transfer: bool, now: int, out: Ready,
+                       peers: list[str] | None = None) -> None:
         m = self.member
         last_index = self.store.end_index
         last_term = self.store.end_term
-        for peer in m.others:
+        self.round = (term, pre_vote, transfer)
+        self.next_ask = now + self.config.heartbeat_interval_ms
+        for peer in m.others if peers is None else peers:
             out.messages.append(VoteRequest(m.group, m.node_id, peer, term, last_index, last_term,
                                             pre_vote, transfer))
+
+    def _ask_again(self, now: int, out: Ready) -> None:
+        """Ask the members that have not granted this round again, every heartbeat interval until the
+        round times out. Vote requests are idempotent, and a member may have been unable to answer the
+        first: not yet started, not yet connected, or still probing whether its group exists."""
+        if self.round is None:
+            return
+        term, pre_vote, transfer = self.round
+        peers = [p for p in self.member.others if not self.votes.get(p)]
+        self._request_votes(term, pre_vote, transfer, now, out, peers)
 
     def on_vote_response(self, resp: VoteResponse) -> Outcome | None:
         m = self.member

@@ -63,3 +63,11 @@ class Joiner:
     @property
     def highest_term(self) -> int:
         return max((a.term for a in self.answers.values()), default=0)
+
+
+def opens_first_election(member: MemberState, preferred_leader: str | None) -> bool:
+    """Whether this member campaigns as soon as it bootstraps its group: every member answered with an
+    empty log, so there is no leader to wait out. One member does (the preferred leader, else the lowest
+    id); the others keep their election timeouts, in case it cannot win."""
+    first = preferred_leader if preferred_leader in member.members else member.members[0]
+    return first == member.node_id

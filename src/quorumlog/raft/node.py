@@ -27,7 +27,7 @@ from ..store.base import LogStore
 from .appends import AppendRequest
 from .elector import Elector
 from .handler import EntryHandler
-from .joining import BOOTSTRAP, JOIN, Joiner
+from .joining import BOOTSTRAP, JOIN, Joiner, opens_first_election
 from .member import ABSTAINED, MemberState, members_digest
 from .messages import (
     HeartbeatRequest,
@@ -74,13 +74,13 @@ class RaftNode:
                                   "every node must list the same members")
         elif recorded is not None:
             store.set_identity(self.identity)  # a store written before identities existed
+        self.elector = Elector(self.member, store, config, rng, self.stats, self.peer_match)
         # A pristine store (new, or wiped) probes the other members before it may vote (joining.py).
         self.joiner: Joiner | None = None
         if recorded is None:
             self.joiner = Joiner.create(self.member, rng, config.heartbeat_interval_ms)
             if not self.member.others:
                 self._join(BOOTSTRAP)  # a group of one has nobody to ask
-        self.elector = Elector(self.member, store, config, rng, self.stats, self.peer_match)
         # Every member keeps the producer table of its whole log (producers.py), so a new leader has it.
         self.producers = ProducerTable(config.producer_window, config.producer_idle_ms)
         self.producers.rebuild(store)
@@ -309,7 +309,7 @@ class RaftNode:
         else:
             self.handler.reset()  # not a role change: forget pushes that assumed the cut entries
 
-    def _join(self, decision: str) -> None:
+    def _join(self, decision: str, now: int = 0) -> None:
         """A pristine node learned whether its group exists (joining.py)."""
         joiner = self.joiner
         assert joiner is not None
@@ -322,6 +322,8 @@ class RaftNode:
             self.stats["joined_existing_group"] += 1
         else:
             self.stats["bootstrapped_group"] += 1
+            if opens_first_election(m, self.config.preferred_leader):
+                self.elector.campaign_now(now)
         self.store.set_identity(self.identity)
         self.joiner = None
 
@@ -377,7 +379,7 @@ class RaftNode:
             if self.joiner is not None:
                 decision = self.joiner.on_response(msg)  # type: ignore[arg-type]
                 if decision is not None:
-                    self._join(decision)
+                    self._join(decision, now)
         else:
             self.stats["rejected_unknown_message"] += 1
 
@@ -421,8 +423,7 @@ class RaftNode:
 
     # -- role transitions: the only writer of role, term, leader and vote ------------------------
     def _run(self, outcome: Outcome | None, now: int, out: Ready) -> None:
-        """Make the transition `outcome` calls for, and the ones it leads to (a won pre-vote campaigns,
-        a campaign in a group of one wins at once)."""
+        """Make the transition `outcome` calls for and those it leads to (a won pre-vote campaigns)."""
         while outcome is not None:
             outcome = self._transition(outcome, now, out)
 
