@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -10,14 +11,13 @@ from aiohttp import web
 from ..ha.node import HaNode
 from ..raft.messages import Role
 from .metrics import Exposition
-from .peers import split_address
 
 if TYPE_CHECKING:
     from .node import NodeServer
 
 
-async def start_admin(node: NodeServer, listen: str) -> web.AppRunner:
-    """Serve the admin endpoints on `listen` (host:port); returns the runner to clean up."""
+async def start_admin(node: NodeServer, sock: socket.socket) -> web.AppRunner:
+    """Serve the admin endpoints on the listening socket `sock`; returns the runner to clean up."""
     app = web.Application()
 
     async def status(_request: web.Request) -> web.Response:
@@ -34,8 +34,7 @@ async def start_admin(node: NodeServer, listen: str) -> web.AppRunner:
     app.router.add_get("/metrics", metrics)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    host, port = split_address(listen)
-    site = web.TCPSite(runner, host, port)
+    site = web.SockSite(runner, sock)
     try:
         await site.start()
     except OSError:

@@ -10,8 +10,10 @@ to commit, answers the rest honestly (group.py), flushes, checkpoints and exits 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import signal
+import socket
 import time
 from typing import Any
 
@@ -40,7 +42,7 @@ from ..raft.member import members_digest
 from .codec import HA_MESSAGES, PEER_OPS, PeerMessage, decode_message
 from .group import Group, now_ms
 from .metrics import Histogram
-from .peers import PeerLinks, split_address
+from .peers import PeerLinks, bind_listener, split_address
 from .reads import get_committed, read_committed
 from .tail import Tails
 
@@ -81,6 +83,7 @@ class NodeServer:
         self._tasks: list[asyncio.Task[None]] = []
         self.started = time.time()
         self.admin: Any = None
+        self._admin_sock: socket.socket | None = None
         self.controller: Any = None  # controller.Controller, when a primary/backup group has one
         self.loop_lag = Histogram()  # seconds each tick woke late (admin: quorumlog_loop_lag_seconds)
         peers: dict[str, str] = {}
@@ -121,15 +124,14 @@ class NodeServer:
             await self._close_groups()
             raise StartupError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
         if self.cfg.admin_listen:
-            from .admin import start_admin
-
             try:
-                self.admin = await start_admin(self, self.cfg.admin_listen)
+                self._admin_sock = bind_listener(self.cfg.admin_listen)
             except OSError as e:
                 await self.server.close()
                 await self._close_groups()
                 raise StartupError(f"cannot listen on admin address {self.cfg.admin_listen}: {e.strerror or e}") \
                     from None
+            self._tasks.append(asyncio.create_task(self._serve_admin(self._admin_sock), name="admin"))
         if any(g.ha.controller is not None for g in self.cfg.groups):
             from .controller import Controller
 
@@ -161,6 +163,17 @@ class NodeServer:
             log.critical("node %s: fatal store error, stopping: %s", self.node_id, e)
         self._stop.set()
 
+    async def _serve_admin(self, sock: socket.socket) -> None:
+        """Serve the admin endpoints on the bound socket. The HTTP server's import (a third of a second
+        on a busy machine) runs in a thread: groups elect and serve meanwhile; requests wait in the
+        socket's backlog."""
+        loop = asyncio.get_running_loop()
+        admin = await loop.run_in_executor(None, importlib.import_module, "quorumlog.server.admin")
+        try:
+            self.admin = await admin.start_admin(self, sock)
+        except OSError as e:
+            log.error("node %s: cannot serve the admin endpoints on %s: %s", self.node_id, self.cfg.admin_listen, e)
+
     async def shutdown(self) -> None:
         if self.server is not None:
             self.server.stop_accepting()
@@ -176,6 +189,8 @@ class NodeServer:
         await self._close_groups()
         if self.admin is not None:
             await self.admin.cleanup()
+        elif self._admin_sock is not None:
+            self._admin_sock.close()
         if self.server is not None:
             await self.server.close("node shutting down", timeout=2.0)
         await self.links.close()

@@ -8,6 +8,7 @@ connections they open to it). Frames queued during one loop iteration leave in o
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Mapping
 
 from ..net.endpoint import Endpoint
@@ -20,6 +21,15 @@ log = logging.getLogger("quorumlog.server")
 def split_address(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def bind_listener(addr: str) -> socket.socket:
+    """A listening TCP socket on `addr` (host:port); OSError when the address is taken or invalid."""
+    host, port = split_address(addr)
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+    sock = socket.create_server((host, port), family=family, backlog=128)
+    sock.setblocking(False)
+    return sock
 
 
 class PeerLinks:
