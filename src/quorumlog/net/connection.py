@@ -42,6 +42,33 @@ HANDSHAKE_MAX_FRAME_BYTES = 64 * 1024
 # How long close() waits for buffered bytes to drain before aborting (a peer that never reads).
 CLOSE_GRACE_S = 2.0
 
+class Outbox:
+    """The connections with frames queued in this loop turn, each written once by `flush()`.
+
+    Whoever produced the frames flushes at the end of its work (a node, after stepping its groups on a
+    frame or a finished fsync), so they leave in the same turn; otherwise one callback writes them at
+    the next turn. Connections that share an Outbox share that callback."""
+
+    __slots__ = ("_loop", "_conns", "_scheduled")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._conns: list[Connection] = []
+        self._scheduled = False
+
+    def add(self, conn: Connection) -> None:
+        self._conns.append(conn)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._scheduled = False
+        conns, self._conns = self._conns, []
+        for c in conns:
+            c.flush()
+
+
 HandlerResult = bytes | bytearray | memoryview | None
 Handler = Callable[["Connection", Frame], HandlerResult | Awaitable[HandlerResult]]
 """Called for each request and one-way frame. For a request it may return the response body (sent at
@@ -59,8 +86,11 @@ class Connection(asyncio.Protocol):
                  on_made: Callable[[Connection], None] | None = None,
                  on_established: Callable[[Connection], None] | None = None,
                  on_close: Callable[[Connection], None] | None = None,
-                 on_refused: Callable[[Connection, str | None, str], None] | None = None) -> None:
+                 on_refused: Callable[[Connection, str | None, str], None] | None = None,
+                 outbox: Outbox | None = None, after_frames: Callable[[], None] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
+        self._outbox = outbox or Outbox()
+        self._after_frames = after_frames
         self._handler = handler
         self._max_frame_bytes = max_frame_bytes
         self._hs = server_handshake
@@ -152,6 +182,9 @@ class Connection(asyncio.Protocol):
                     return
         except ProtocolError as e:
             self._protocol_error(e.reason)
+            return
+        if self._after_frames is not None:
+            self._after_frames()
 
     def eof_received(self) -> bool | None:
         if not self._closing:
@@ -196,10 +229,11 @@ class Connection(asyncio.Protocol):
         self._writer.add(kind, op, rid, body)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self._loop.call_soon(self.flush)
+            self._outbox.add(self)
 
     def flush(self) -> None:
-        """Write every queued frame now, in one transport.write (normally done once per loop iteration)."""
+        """Write every queued frame now, in one transport.write (normally once per loop turn, through
+        the Outbox)."""
         self._flush_scheduled = False
         if len(self._writer) and self._transport is not None:
             self._transport.write(self._writer.take())
@@ -485,7 +519,7 @@ async def connect(host: str, port: int, *, cluster: str, node_id: str = CLIENT_I
                   ssl: ssl_module.SSLContext | None = None, server_hostname: str | None = None,
                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, timeout: float | None = 5.0,
                   max_inflight: int = 4096, on_close: Callable[[Connection], None] | None = None,
-                  groups: Mapping[str, str] | None = None) -> Connection:
+                  groups: Mapping[str, str] | None = None, outbox: Outbox | None = None) -> Connection:
     """Open a connection and complete HELLO (and AUTH when the server wants a proof).
 
     A node connecting to a peer passes `groups` ({group: members digest}, see hello.py).
@@ -498,7 +532,7 @@ async def connect(host: str, port: int, *, cluster: str, node_id: str = CLIENT_I
 
     def factory() -> Connection:
         return Connection(handler=handler, max_frame_bytes=max_frame_bytes, max_inflight=max_inflight,
-                          on_close=on_close)
+                          on_close=on_close, outbox=outbox)
 
     kwargs: dict[str, Any] = {}
     if ssl is not None:

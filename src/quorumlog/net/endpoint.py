@@ -9,7 +9,7 @@ import random
 import ssl as ssl_module
 from collections.abc import Callable, Mapping
 
-from .connection import Connection, Handler, connect
+from .connection import Connection, Handler, Outbox, connect
 from .errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError
 from .frames import DEFAULT_MAX_FRAME_BYTES, Buffer, Frame
 from .hello import CLIENT_ID
@@ -36,12 +36,12 @@ class Endpoint:
                  backoff_initial: float = 0.05, backoff_max: float = 2.0,
                  on_connect: Callable[[Connection], None] | None = None,
                  rng: random.Random | None = None, groups: Mapping[str, str] | None = None,
-                 name: str | None = None) -> None:
+                 name: str | None = None, outbox: Outbox | None = None) -> None:
         self.host, self.port = host, port
         self.name = f"peer {name} ({host}:{port})" if name else f"endpoint {host}:{port}"
         self._connect_args = dict(cluster=cluster, node_id=node_id, secret=secret, handler=handler, ssl=ssl,
                                   server_hostname=server_hostname, max_frame_bytes=max_frame_bytes,
-                                  timeout=connect_timeout, groups=groups)
+                                  timeout=connect_timeout, groups=groups, outbox=outbox)
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
         self._on_connect = on_connect

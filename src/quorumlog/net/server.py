@@ -8,7 +8,7 @@ import ssl as ssl_module
 from collections.abc import Callable, Mapping
 
 from ..errors import ResponseCode
-from .connection import Connection, Handler
+from .connection import Connection, Handler, Outbox
 from .frames import DEFAULT_MAX_FRAME_BYTES, SUPPORTED_VERSIONS
 from .hello import CLIENT_ID, ServerHandshake
 
@@ -96,13 +96,16 @@ async def serve(host: str, port: int, handler: Handler, *, cluster: str, node_id
                 max_inflight: int = 4096, versions: frozenset[int] = SUPPORTED_VERSIONS,
                 groups: Mapping[str, str] | None = None,
                 on_established: Callable[[Connection], None] | None = None,
-                on_close: Callable[[Connection], None] | None = None, backlog: int = 1024) -> Server:
+                on_close: Callable[[Connection], None] | None = None, backlog: int = 1024,
+                outbox: Outbox | None = None, after_frames: Callable[[], None] | None = None) -> Server:
     """Listen on host:port; each connection must pass HELLO (and AUTH when `secret` is set).
 
     `groups` ({group: members digest}) are this node's; a peer whose HELLO gives another digest for a
     group both host is refused (hello.py).
 
-    `handler(conn, frame)` then gets every request and one-way frame (see connection.Handler).
+    `handler(conn, frame)` then gets every request and one-way frame (see connection.Handler), and
+    `after_frames()` is called once the frames that arrived together were handled. Connections write
+    through `outbox` (see connection.Outbox).
     A malformed, truncated, oversized or unknown frame closes only the connection that sent it.
     """
     connections: set[Connection] = set()
@@ -124,7 +127,7 @@ async def serve(host: str, port: int, handler: Handler, *, cluster: str, node_id
                                                            groups=groups),
                           hello_timeout=hello_timeout, max_inflight=max_inflight,
                           on_made=connections.add, on_established=established, on_close=closed,
-                          on_refused=refusals.refused)
+                          on_refused=refusals.refused, outbox=outbox, after_frames=after_frames)
         # Registered in connection_made: a TLS handshake that fails never makes (nor loses) the connection.
         return conn
 

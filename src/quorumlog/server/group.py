@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import random
 import time
@@ -93,7 +94,7 @@ class Group:
     """A RaftNode and its store, driven by the node's event loop."""
 
     def __init__(self, node_id: str, cfg: GroupConfig, data_dir: str, send: Callable[[PeerMessage], None],
-                 on_fatal: Callable[[BaseException], None]) -> None:
+                 on_fatal: Callable[[BaseException], None], flush_output: Callable[[], None] = lambda: None) -> None:
         self.name = cfg.name
         self.cfg = cfg
         self.node_id = node_id
@@ -112,6 +113,7 @@ class Group:
         self.peers = dict(cfg.peers)
         self._send = send
         self._on_fatal = on_fatal
+        self._flush_output = flush_output  # writes what the node queued on its connections, now
         self._loop = asyncio.get_running_loop()
         # One thread per group: its flushes and checkpoints run one at a time, in order.
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"flush-{cfg.name}")
@@ -236,6 +238,7 @@ class Group:
         held, self._held = self._held or [], None
         for m in held:
             self._send_message(m)
+        self._flush_output()
 
     def _note_commit(self) -> None:
         committed = self.store.committed_index
@@ -266,17 +269,24 @@ class Group:
 
     def _start_flush(self) -> None:
         """The driver's flush: `store.flush()` in the worker thread, reported back on the loop."""
-        t0 = time.perf_counter()
-        fut = self._loop.run_in_executor(self._executor, self.store.flush)
-        fut.add_done_callback(lambda f: self._flushed(f, t0))
+        self._executor.submit(self._flush_job, time.perf_counter())
 
-    def _flushed(self, fut: asyncio.Future[int], t0: float) -> None:
+    def _flush_job(self, t0: float) -> None:
+        """In the worker thread: flush, then hand the result to the loop in one callback (one turn)."""
+        error: BaseException | None = None
+        durable = -1
+        try:
+            durable = self.store.flush()
+        except BaseException as e:
+            error = e
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the node is gone
+            self._loop.call_soon_threadsafe(self._flushed, durable, error, t0)
+
+    def _flushed(self, durable: int, error: BaseException | None, t0: float) -> None:
         if self._closed:
             return
-        try:
-            durable = fut.result()
-        except BaseException as e:  # a failed fdatasync: the store is failed-stop, and so is this node
-            self._on_fatal(e)
+        if error is not None:  # a failed fdatasync: the store is failed-stop, and so is this node
+            self._on_fatal(error)
             return
         self.stats.flushes += 1
         self.stats.fsync_latency.observe(time.perf_counter() - t0)
@@ -288,6 +298,7 @@ class Group:
             if not isinstance(e, DiskError) and not self._closed:
                 self.driver.flush_if_behind(now)
         self._note_commit()
+        self._flush_output()
 
     # -- completions -------------------------------------------------------------------------------
     def _complete_append(self, c: Completion) -> None:

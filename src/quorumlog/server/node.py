@@ -23,7 +23,7 @@ from ..config import NodeConfig
 from ..errors import CorruptEntryError, QuorumLogError, ResponseCode
 from ..ha.node import HaNode
 from ..net.bodies import unpack
-from ..net.connection import Connection
+from ..net.connection import Connection, Outbox
 from ..net.errors import ProtocolError
 from ..net.frames import ONEWAY, REQUEST, Frame
 from ..net.ops import Op, op_name
@@ -78,6 +78,7 @@ class NodeServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled = False
         self._dirty: set[Group] = set()
+        self.outbox = Outbox()  # every connection's writes: flushed once the work of a turn is done
         self._stop = asyncio.Event()
         self._fatal: BaseException | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -93,7 +94,8 @@ class NodeServer:
         # Exchanged at HELLO with every peer: nodes that count different majorities must not talk.
         self.member_digests = {g.name: members_digest(g.name, [*g.peers, cfg.node_id]) for g in cfg.groups}
         self.links = PeerLinks(cfg.node_id, peers, cluster=cfg.cluster, secret=cfg.secret,
-                               max_frame_bytes=cfg.max_frame_bytes, groups=self.member_digests)
+                               max_frame_bytes=cfg.max_frame_bytes, groups=self.member_digests,
+                               outbox=self.outbox)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @property
@@ -107,7 +109,7 @@ class NodeServer:
         for gcfg in self.cfg.groups:
             try:
                 self.groups[gcfg.name] = Group(self.node_id, gcfg, str(self.cfg.data_dir), self._send,
-                                               self._fatal_error)
+                                               self._fatal_error, self.outbox.flush)
             except QuorumLogError as e:
                 await self._close_groups()
                 raise StartupError(f"cannot open the store of group {gcfg.name} under {self.cfg.data_dir}: {e}") \
@@ -119,7 +121,8 @@ class NodeServer:
         try:
             self.server = await serve(host, port, self._handle, cluster=self.cfg.cluster, node_id=self.node_id,
                                       secret=self.cfg.secret, max_frame_bytes=self.cfg.max_frame_bytes,
-                                      groups=self.member_digests, on_close=self._on_close)
+                                      groups=self.member_digests, on_close=self._on_close,
+                                      outbox=self.outbox, after_frames=self._after_frames)
         except OSError as e:
             await self._close_groups()
             raise StartupError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
@@ -256,6 +259,13 @@ class NodeServer:
             self._scheduled = True
             assert self._loop is not None
             self._loop.call_soon(self._iterate)
+
+    def _after_frames(self) -> None:
+        """Frames that arrived together were handled: step the groups they concern and write what that
+        produced, all in this turn (the appends of one read still go to the core as one proposal)."""
+        if self._dirty:
+            self._iterate()
+        self.outbox.flush()
 
     def _iterate(self) -> None:
         self._scheduled = False

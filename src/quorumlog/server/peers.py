@@ -11,6 +11,7 @@ import logging
 import socket
 from collections.abc import Mapping
 
+from ..net.connection import Outbox
 from ..net.endpoint import Endpoint
 from ..net.errors import ConnectionClosedError
 from .codec import PeerMessage, encode_message
@@ -37,7 +38,8 @@ class PeerLinks:
     every group this node hosts, so that a peer configured with other members refuses the link."""
 
     def __init__(self, node_id: str, peers: dict[str, str], *, cluster: str, secret: str | None,
-                 max_frame_bytes: int, groups: Mapping[str, str] | None = None) -> None:
+                 max_frame_bytes: int, groups: Mapping[str, str] | None = None,
+                 outbox: Outbox | None = None) -> None:
         self.node_id = node_id
         self.links: dict[str, Endpoint] = {}
         self.dropped = 0
@@ -49,7 +51,7 @@ class PeerLinks:
             self.links[pid] = Endpoint(host, port, cluster=cluster, node_id=node_id, secret=secret,
                                        max_frame_bytes=max_frame_bytes, connect_timeout=2.0,
                                        backoff_initial=0.02, backoff_max=0.5, groups=dict(groups or {}),
-                                       name=pid)
+                                       name=pid, outbox=outbox)
 
     def start(self) -> None:
         for ep in self.links.values():
