@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint demo install clean bench
+.PHONY: test lint demo install clean bench peers
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,15 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/store_bench.py
+
+# quorumlog beside etcd, PySyncObj and the ceiling (benchmarks/peers/run.py; ARGS="--seconds 10" to change).
+CEILING := ../shared/bench/ceiling
+peers: $(STAMP)
+	command -v etcd >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server)
+	$(BIN)/python -m pip install --quiet -e '.[peers]'
+	test ! -f $(CEILING)/spike_bench.py || test -x /tmp/ceil/bin/python || \
+		($(PYTHON) -m venv /tmp/ceil && /tmp/ceil/bin/pip install --quiet uvloop)
+	$(BIN)/python benchmarks/peers/run.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
