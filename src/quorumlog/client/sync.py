@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import Future as ConcurrentFuture
+from concurrent.futures import InvalidStateError
 from typing import Any, TypeVar
 
 from ..entry import Entry
@@ -19,10 +22,16 @@ T = TypeVar("T")
 
 class Client:
     """The synchronous client: the same operations as AsyncClient, run on a private event loop in a
-    background thread (so it also works inside programs that already run an asyncio loop)."""
+    background thread (so it also works inside programs that already run an asyncio loop).
+
+    Calls from any number of threads queue their coroutines; the loop is woken once per burst (one
+    cross-thread wake-up, not one per call) and starts everything queued by then."""
 
     def __init__(self, endpoints: str | Sequence[str], group: str = "g0", **kwargs: Any) -> None:
         self._loop = _new_loop()
+        self._queued: deque[tuple[Coroutine[Any, Any, Any], ConcurrentFuture[Any]]] = deque()
+        self._wake_lock = threading.Lock()
+        self._woken = False  # a wake-up is on its way: calls queued before it runs need no other
         self._thread = threading.Thread(target=self._loop.run_forever, name="quorumlog-client", daemon=True)
         self._thread.start()
         self._closed = False
@@ -40,7 +49,28 @@ class Client:
         if self._closed:
             coro.close()
             raise QuorumLogError("client is closed", ResponseCode.NETWORK_ERROR)
-        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+        fut: ConcurrentFuture[T] = ConcurrentFuture()
+        self._queued.append((coro, fut))
+        with self._wake_lock:
+            if self._woken:
+                return fut
+            self._woken = True
+        self._loop.call_soon_threadsafe(self._start_queued)
+        return fut
+
+    def _start_queued(self) -> None:
+        """On the loop: run every queued call as a task whose outcome settles its caller's future."""
+        with self._wake_lock:
+            self._woken = False  # before taking: a call queued after the last take wakes the loop again
+        queued, loop = self._queued, self._loop
+        while queued:
+            coro, fut = queued.popleft()
+            if fut.cancelled():
+                coro.close()
+                continue
+            task = loop.create_task(coro)
+            task.add_done_callback(functools.partial(_settle, fut))
+            fut.add_done_callback(functools.partial(_cancel_task, loop, task))
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._submit(coro).result()
@@ -115,6 +145,23 @@ class Client:
 
     def promote(self, target: str, *, force: bool = False) -> tuple[str, int]:
         return self._run(self._ac.promote(target, force=force))
+
+
+def _settle(fut: ConcurrentFuture[Any], task: asyncio.Task[Any]) -> None:
+    with contextlib.suppress(InvalidStateError):  # the caller cancelled it meanwhile
+        if task.cancelled():
+            fut.cancel()
+        elif (e := task.exception()) is not None:
+            fut.set_exception(e)
+        else:
+            fut.set_result(task.result())
+
+
+def _cancel_task(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any], fut: ConcurrentFuture[Any]) -> None:
+    """The caller cancelled its future: cancel the running call too."""
+    if fut.cancelled() and not task.done():
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            loop.call_soon_threadsafe(task.cancel)
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
