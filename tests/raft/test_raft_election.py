@@ -55,7 +55,30 @@ def test_raft_new_leader_appends_a_noop_of_its_term() -> None:
     s.elect("n0")
     entry = s.stores["n0"].get(0)
     assert entry.magic == 2 and entry.body == b"" and entry.term == s.nodes["n0"].term == 1
+    assert s.stores["n0"].committed_index == 0
+    s.tick("n0", 10)  # idle followers learn the commit index at the leader's next tick
+    s.settle()
     assert all(s.stores[i].committed_index == 0 for i in s.ids)
+
+
+def test_raft_commit_reaches_idle_followers_once_per_tick() -> None:
+    """Appends one at a time cost each follower one push and one answer per entry; the commit index
+    follows with the next push or, when idle, one COMMIT push at the leader's tick."""
+    s = Script(["n0", "n1", "n2"])
+    s.elect("n0")
+    start = len(s.transcript)
+    for k in range(5):
+        s.propose("n0", [b"e%d" % k])
+        s.settle()
+    lines = s.transcript[start:]
+    assert not [ln for ln in lines if "COMMIT" in ln]
+    assert len([ln for ln in lines if ln.startswith("PushRequest") and "APPEND" in ln]) == 10
+    assert s.stores["n0"].committed_index == 5 and s.stores["n1"].committed_index == 4  # from the last push
+    s.tick("n0", 10)
+    commits = [ln for ln in s.transcript[start:] if ln.startswith("PushRequest") and "COMMIT" in ln]
+    assert len(commits) == 2
+    s.settle()
+    assert all(s.stores[i].committed_index == 5 for i in s.ids)
 
 
 def test_raft_dueling_candidates_resolve_to_one_leader() -> None:

@@ -153,7 +153,7 @@ class RaftNode:
             leader = self.leader
             if leader is not None and self.member.role == Role.LEADER:
                 leader.expire_pending(now_ms, out)
-                leader.dispatch_all(now_ms, out)
+                leader.dispatch_all(now_ms, out, tick=True)
             elif self.member.role == Role.FOLLOWER:
                 self.handler.drain(now_ms, out)
         except CorruptEntryError as e:

@@ -137,9 +137,9 @@ class Leader:
         d = self.dispatchers.get(peer)
         return d.match if d is not None else -1
 
-    def dispatch_all(self, now: int, out: Ready) -> None:
+    def dispatch_all(self, now: int, out: Ready, tick: bool = False) -> None:
         for d in self.peers:
-            self.dispatch(d, now, out)
+            self.dispatch(d, now, out, tick)
 
     def _term(self, index: int) -> int | None:
         """Our term at `index`, or None when we cannot name it (below our log's beginning)."""
@@ -148,7 +148,7 @@ class Leader:
             return None
         return store.term_at(index)
 
-    def dispatch(self, d: Dispatcher, now: int, out: Ready) -> None:
+    def dispatch(self, d: Dispatcher, now: int, out: Ready, tick: bool = False) -> None:
         cfg = self.config
         if d.state != APPEND_STATE:
             if d.control_sent_ms is not None and now - d.control_sent_ms < cfg.max_push_timeout_ms:
@@ -204,7 +204,9 @@ class Leader:
             d.next_index = last + 1
             if last >= commit:
                 d.commit_sent = commit
-        if not inflight and commit > d.commit_sent:
+        if tick and not inflight and commit > d.commit_sent:
+            # An idle follower learns the commit index at the next tick, not after every commit: one
+            # append at a time would otherwise cost each follower a COMMIT push and its answer per entry.
             out.messages.append(PushRequest(self.group, self.node_id, d.peer, self.term, _COMMIT, commit,
                                             0, commit))
             d.commit_sent = commit
