@@ -123,3 +123,14 @@ def test_ops_fit_a_byte_and_map_to_dledger_codes():
     assert op_name(Op.GET) == "GET" and op_name(250) == "op#250"
     with pytest.raises(KeyError):
         from_dledger_code(1)
+
+
+def test_ok_packs_a_success_answer_its_schema_decodes():
+    body = schemas.APPEND_BATCH_RESPONSE.ok(7, 2, [4096, 4200])
+    r = decode_response(schemas.APPEND_BATCH_RESPONSE, body)
+    assert (r.code, r.first_index, r.term, r.positions) == (ResponseCode.SUCCESS, 7, 2, (4096, 4200))
+    assert body == schemas.APPEND_BATCH_RESPONSE.encode(int(ResponseCode.SUCCESS), 7, 2, [4096, 4200])
+    assert decode_response(schemas.READ_RESPONSE, schemas.READ_RESPONSE.ok(b"xy", 3, 2)).entries == b"xy"
+    assert decode_response(schemas.UNTAIL_RESPONSE, schemas.UNTAIL_RESPONSE.ok()).code == ResponseCode.SUCCESS
+    with pytest.raises(ValueError, match="3 fields after the code, got 2"):
+        schemas.APPEND_RESPONSE.ok(7, 2)

@@ -19,6 +19,7 @@ from ..errors import ResponseCode
 from .errors import ProtocolError, ResponseError
 
 _packb = msgpack.packb
+_SUCCESS_CODE = int(ResponseCode.SUCCESS)
 _unpackb = msgpack.unpackb
 
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
@@ -229,6 +230,15 @@ class Schema:
         """Validate and pack the values; ProtocolError if they do not fit the schema."""
         self.validate(values)
         return _packb(values)
+
+    def ok(self, *values: Any) -> bytes:
+        """A SUCCESS response of this schema: the code, then `values` (every field after the code).
+        Not validated field by field: the node builds these from its own state, and checking each
+        position of a batch's answer would cost more than packing it; tests decode each kind through
+        its schema."""
+        if len(values) != len(self.types) - 1:
+            raise ValueError(f"{self.name}: {len(self.types) - 1} fields after the code, got {len(values)}")
+        return _packb((_SUCCESS_CODE, *values))
 
     def decode(self, body: bytes | bytearray | memoryview) -> Any:
         """Unpack and validate a body; ProtocolError on anything malformed."""

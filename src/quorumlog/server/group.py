@@ -26,14 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
-
 from ..config import GroupConfig
 from ..errors import CorruptEntryError, DiskError, ResponseCode
 from ..ha.node import HaNode
 from ..net.bodies import encode_error
 from ..net.connection import Connection
 from ..net.frames import Frame
+from ..net.schemas import APPEND_BATCH_RESPONSE, APPEND_RESPONSE, LEADERSHIP_TRANSFER_RESPONSE
 from ..raft.appends import AppendRequest
 from ..raft.driver import Driver
 from ..raft.messages import PushRequest, Role
@@ -46,7 +45,6 @@ from .store import NodeStore
 
 log = logging.getLogger("quorumlog.server")
 
-_packb = msgpack.packb
 SUCCESS = int(ResponseCode.SUCCESS)
 # One proposal gathers the appends of one loop iteration, up to these bounds (the rest wait one more turn).
 MAX_PROPOSAL_ENTRIES = 16384
@@ -311,7 +309,10 @@ class Group:
         if c.code == SUCCESS:
             st.commit_latency.observe(now - a.t0)
             positions = c.positions
-            body = _packb((SUCCESS, c.first_index, c.term, positions[0] if a.single else list(positions)))
+            if a.single:
+                body = APPEND_RESPONSE.ok(c.first_index, c.term, positions[0])
+            else:
+                body = APPEND_BATCH_RESPONSE.ok(c.first_index, c.term, list(positions))
             _respond(a, body)
             return
         name = _code_name(c.code)
@@ -329,7 +330,7 @@ class Group:
             return
         conn, frame = waiter
         if c.code == SUCCESS:
-            conn.respond(frame, _packb((SUCCESS, c.leader_id, c.term)))
+            conn.respond(frame, LEADERSHIP_TRANSFER_RESPONSE.ok(c.leader_id, c.term))
         else:
             conn.respond_error(frame, c.code, f"{_code_name(c.code)}: transfer in group {self.name}", c.leader_id)
 

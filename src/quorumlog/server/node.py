@@ -17,8 +17,6 @@ import socket
 import time
 from typing import Any
 
-import msgpack
-
 from ..config import NodeConfig
 from ..errors import CorruptEntryError, QuorumLogError, ResponseCode
 from ..ha.node import HaNode
@@ -29,13 +27,20 @@ from ..net.frames import ONEWAY, REQUEST, Frame
 from ..net.ops import Op, op_name
 from ..net.schemas import (
     GET_REQUEST,
+    GET_RESPONSE,
     LEADERSHIP_TRANSFER_REQUEST,
     METADATA_REQUEST,
+    METADATA_RESPONSE,
     PROMOTE_REQUEST,
+    PROMOTE_RESPONSE,
     READ_REQUEST,
+    READ_RESPONSE,
     STATUS_REQUEST,
+    STATUS_RESPONSE,
     TAIL_REQUEST,
+    TAIL_RESPONSE,
     UNTAIL_REQUEST,
+    UNTAIL_RESPONSE,
 )
 from ..net.server import Server, serve
 from ..raft.member import members_digest
@@ -48,8 +53,6 @@ from .tail import Tails
 
 log = logging.getLogger("quorumlog.server")
 
-_packb = msgpack.packb
-SUCCESS = int(ResponseCode.SUCCESS)
 TICK_S = 0.01
 HOUSEKEEPING_S = 1.0
 EXPIRE_EVERY_S = 10.0
@@ -317,7 +320,7 @@ class NodeServer:
                 raise
             g.stats.entries_out += nxt - r.from_index
             g.stats.bytes_out += len(data)
-            return _packb((SUCCESS, data, nxt, committed))
+            return READ_RESPONSE.ok(data, nxt, committed)
         if op == Op.GET:
             r = GET_REQUEST.decode(f.body)
             g = self._group(r.group)
@@ -328,12 +331,12 @@ class NodeServer:
                 raise
             g.stats.entries_out += 1
             g.stats.bytes_out += len(data)
-            return _packb((SUCCESS, data))
+            return GET_RESPONSE.ok(data)
         if op == Op.METADATA:
             r = METADATA_REQUEST.decode(f.body)
             g = self._group(r.group)
             leader, term = g.metadata()
-            return _packb((SUCCESS, g.name, leader, term, g.peers))
+            return METADATA_RESPONSE.ok(g.name, leader, term, g.peers)
         if op == Op.TAIL:
             r = TAIL_REQUEST.decode(f.body)
             g = self._group(r.group)
@@ -342,16 +345,16 @@ class NodeServer:
 
                 raise IndexBelowBeginError(f"index {r.from_index} is below this node's first index "
                                            f"{g.store.begin_index}")
-            conn.respond(f, _packb((SUCCESS, g.store.committed_index)))
+            conn.respond(f, TAIL_RESPONSE.ok(g.store.committed_index))
             self.tails.start(conn, f.request_id, g, r.from_index, r.include_control)
             return None
         if op == Op.UNTAIL:
             r = UNTAIL_REQUEST.decode(f.body)
             self.tails.stop(conn, r.subscription)
-            return _packb((SUCCESS,))
+            return UNTAIL_RESPONSE.ok()
         if op == Op.STATUS:
             r = STATUS_REQUEST.decode(f.body)
-            return _packb((SUCCESS, self.status(r.group)))
+            return STATUS_RESPONSE.ok(self.status(r.group))
         if op == Op.PROMOTE:
             r = PROMOTE_REQUEST.decode(f.body)
             return self._promote(conn, f, self._group(r.group), r.target, r.epoch, r.force)
@@ -403,7 +406,7 @@ class NodeServer:
                                  ResponseCode.EXPIRED_TERM)
         g.apply(node.promote(epoch, now_ms()))
         log.warning("group %s: %s promoted to primary of epoch %d", g.name, self.node_id, epoch)
-        return _packb((SUCCESS, self.node_id, epoch))
+        return PROMOTE_RESPONSE.ok(self.node_id, epoch)
 
     def _peer_frame(self, conn: Connection, f: Frame) -> None:
         msg = decode_message(f)
