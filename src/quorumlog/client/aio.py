@@ -254,7 +254,9 @@ class AsyncClient:
                 raise LeaderUnavailableError(f"no leader of group {self.group} found among {', '.join(addrs)}"
                                              + (f" (last error: {last})" if last else ""))
             await asyncio.sleep(delay * (0.5 + self._rng.random()))
-            delay = min(delay * 2, 0.2)
+            # Asking every node for its leader is cheap, and an election takes tens of milliseconds: a
+            # short cap finds the new leader (or a starting cluster's first) soon after it exists.
+            delay = min(delay * 2, 0.05)
 
     def _redirect(self, leader: str | None) -> None:
         if leader is not None and leader in self.peers:
