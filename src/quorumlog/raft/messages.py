@@ -97,7 +97,7 @@ class PushRequest:
       index - 1 and `last_term` the term of the last entry.
     - COMPARE: does the follower hold `index` with term `prev_term`?
     - TRUNCATE: drop everything after `index` (whose term is `prev_term`).
-    - COMMIT: the leader's commit index, for an idle follower.
+    - COMMIT: the leader's commit index, for an idle follower (sent at the leader's next tick).
     - RESET: the follower needs entries below the leader's first one: drop everything and start the log
       at `index` (the leader's begin index), `prev_term` being the term of entry index - 1 and `data`
       the begin position (i64) and the chain CRC before it (u32), packed as RESET_DATA.

@@ -4,7 +4,7 @@ Dispatcher states (DLedger's EntryDispatcher): COMPARE finds the last index wher
 matches the leader's (the follower answers with its end index, or on a term conflict with the first index
 of its conflicting term, so one round trip skips a whole term); TRUNCATE cuts the follower's divergent
 tail; APPEND pushes batches of encoded entries, bounded by bytes and count, up to `max_inflight_pushes` in
-flight, resent from the watermark after `max_push_timeout_ms`; an idle follower gets COMMIT.
+flight, resent from the watermark after `max_push_timeout_ms`; an idle follower gets COMMIT at the next tick.
 
 The QuorumAckChecker keeps a watermark per peer for the current term (the highest index it acknowledged
 as durable and matching; the leader's own is its store's durable index) and commits the largest index a
