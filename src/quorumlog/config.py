@@ -184,10 +184,19 @@ class NodeConfig:
     admin_listen: str | None = None
     secret: str | None = None
     max_frame_bytes: int = 16 * MiB
+    # Limits that keep one client from taking the node's memory or descriptors (docs/operations.md).
+    max_connections: int = 1024  # accepted connections, clients and peers; more are refused at once
+    max_requests_per_connection: int = 1024  # unanswered requests before the node stops reading one
+    max_output_bytes_per_connection: int = 32 * MiB  # unsent answers before the node stops reading one
 
     def __post_init__(self) -> None:
         if not self.node_id:
             raise ConfigError("node id is empty")
+        for name in ("max_connections", "max_requests_per_connection", "max_output_bytes_per_connection"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive")
+        if self.max_frame_bytes < 64 * 1024:
+            raise ConfigError("max_frame_bytes must be at least 64 KiB")
         by_name = {g.name: g for g in self.groups}
         for g in self.groups:
             if self.node_id not in g.peers:

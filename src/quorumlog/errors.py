@@ -48,6 +48,7 @@ class ResponseCode(IntEnum):
     ILLEGAL_MEMBER_STATE = 504
     LEADER_NOT_READY = 505
     LEADER_TRANSFERRING = 506
+    TOO_MANY_CONNECTIONS = 507  # the node holds max_connections connections: try another node, or later
     # Primary/backup mode (RocketMQ's names).
     FLUSH_SLAVE_TIMEOUT = 600
     SLAVE_NOT_AVAILABLE = 601

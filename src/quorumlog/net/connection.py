@@ -12,6 +12,7 @@ import asyncio
 import heapq
 import logging
 import ssl as ssl_module
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
@@ -32,6 +33,7 @@ from .frames import (
 )
 from .hello import CLIENT_ID, ClientHandshake, ServerHandshake, State
 from .ops import VALID_OPS, Op, op_name
+from .outbox import Outbox
 from .schemas import GOODBYE
 
 log = logging.getLogger("quorumlog.net")
@@ -41,33 +43,6 @@ log = logging.getLogger("quorumlog.net")
 HANDSHAKE_MAX_FRAME_BYTES = 64 * 1024
 # How long close() waits for buffered bytes to drain before aborting (a peer that never reads).
 CLOSE_GRACE_S = 2.0
-
-class Outbox:
-    """The connections with frames queued in this loop turn, each written once by `flush()`.
-
-    Whoever produced the frames flushes at the end of its work (a node, after stepping its groups on a
-    frame or a finished fsync), so they leave in the same turn; otherwise one callback writes them at
-    the next turn. Connections that share an Outbox share that callback."""
-
-    __slots__ = ("_loop", "_conns", "_scheduled")
-
-    def __init__(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._conns: list[Connection] = []
-        self._scheduled = False
-
-    def add(self, conn: Connection) -> None:
-        self._conns.append(conn)
-        if not self._scheduled:
-            self._scheduled = True
-            self._loop.call_soon(self.flush)
-
-    def flush(self) -> None:
-        self._scheduled = False
-        conns, self._conns = self._conns, []
-        for c in conns:
-            c.flush()
-
 
 HandlerResult = bytes | bytearray | memoryview | None
 Handler = Callable[["Connection", Frame], HandlerResult | Awaitable[HandlerResult]]
@@ -82,7 +57,8 @@ class Connection(asyncio.Protocol):
 
     def __init__(self, *, handler: Handler | None = None, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  server_handshake: ServerHandshake | None = None, hello_timeout: float = 5.0,
-                 max_inflight: int = 4096,
+                 max_inflight: int = 4096, max_output_bytes: int = 32 * 1024 * 1024,
+                 limits: Counter[str] | None = None,
                  on_made: Callable[[Connection], None] | None = None,
                  on_established: Callable[[Connection], None] | None = None,
                  on_close: Callable[[Connection], None] | None = None,
@@ -96,6 +72,8 @@ class Connection(asyncio.Protocol):
         self._hs = server_handshake
         self._hello_timeout = hello_timeout
         self._max_inflight = max_inflight
+        self._max_output = max_output_bytes
+        self._limits = limits if limits is not None else Counter()  # times each limit held a connection
         self._on_made = on_made
         self._on_established = on_established
         self._on_close = on_close
@@ -121,6 +99,7 @@ class Connection(asyncio.Protocol):
         self._open: set[int] = set()  # the peer's requests we have not answered yet
         self._tasks: set[asyncio.Task[None]] = set()
         self._reading_paused = False
+        self._held = False  # a limit stopped reading and handling frames (see _handle_frames)
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -163,6 +142,7 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses but offer the same methods.
         self._transport = cast(asyncio.Transport, transport)
+        self._transport.set_write_buffer_limits(high=self._max_output)
         self.peername = transport.get_extra_info("peername")
         if self._hs is not None:
             self._timer = self._loop.call_later(self._hello_timeout, self._hello_expired)
@@ -172,19 +152,65 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
-        dec = self._decoder
         try:
-            dec.feed(data)
-            next_frame = dec.next_frame
+            self._decoder.feed(data)
+        except ProtocolError as e:
+            self._protocol_error(e.reason)
+            return
+        self._handle_frames()
+
+    def _handle_frames(self) -> None:
+        """Handle the buffered frames, stopping (the rest stays in the decoder, and the connection is
+        not read) while the peer has too many requests unanswered or too many answers unsent: a client
+        that never reads its answers cannot make the node hold more than the limits."""
+        if self._held:
+            return
+        next_frame = self._decoder.next_frame
+        try:
             while (f := next_frame()) is not None:
                 self._on_frame(f)
                 if self._closing:
                     return
+                if f.kind == REQUEST and self._over_limits():
+                    self._hold()
+                    break
         except ProtocolError as e:
             self._protocol_error(e.reason)
             return
         if self._after_frames is not None:
             self._after_frames()
+
+    def _over_limits(self) -> bool:
+        if len(self._open) >= self._max_inflight:
+            self._limits["requests"] += 1
+            return True
+        if self.output_bytes > self._max_output:
+            self._limits["output"] += 1
+            return True
+        return False
+
+    def _hold(self) -> None:
+        self._held = True
+        if self._transport is not None and not self._reading_paused:
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    def _release(self) -> None:
+        """Read and handle frames again once both limits are at half (so a connection does not flap)."""
+        if (not self._held or self._closing or len(self._open) > self._max_inflight // 2
+                or self.output_bytes > self._max_output // 2):
+            return
+        self._held = False
+        if self._reading_paused and self._transport is not None:
+            self._reading_paused = False
+            self._transport.resume_reading()
+        self._loop.call_soon(self._handle_frames)  # frames already buffered, in a turn of their own
+
+    @property
+    def output_bytes(self) -> int:
+        """Answers and other frames queued or buffered for sending, not yet taken by the kernel."""
+        t = self._transport
+        return self._writer.nbytes + (t.get_write_buffer_size() if t is not None else 0)
 
     def eof_received(self) -> bool | None:
         if not self._closing:
@@ -223,6 +249,7 @@ class Connection(asyncio.Protocol):
         for w in waiters:
             if not w.done():
                 w.set_result(None)
+        self._release()
 
     # -- sending ----------------------------------------------------------------------------------
     def _write(self, kind: int, op: int, rid: int, body: Buffer) -> None:
@@ -237,6 +264,8 @@ class Connection(asyncio.Protocol):
         self._flush_scheduled = False
         if len(self._writer) and self._transport is not None:
             self._transport.write(self._writer.take())
+            if self._held:
+                self._release()
 
     async def drain(self) -> None:
         """Wait until the transport's write buffer is below its high-water mark (backpressure)."""
@@ -293,9 +322,8 @@ class Connection(asyncio.Protocol):
         except ValueError as e:  # a response over max_frame_bytes: tell the requester, keep the connection
             log.error("%r: cannot send %s response: %s", self, op_name(request.op), e)
             self._write(RESPONSE, request.op, rid, encode_error(ResponseCode.INTERNAL_ERROR, str(e)))
-        if self._reading_paused and len(self._open) <= self._max_inflight // 2 and self._transport is not None:
-            self._reading_paused = False
-            self._transport.resume_reading()
+        if self._held:
+            self._release()
 
     def respond_error(self, request: Frame, code: ResponseCode | int, reason: str = "",
                       leader: str | None = None) -> None:
@@ -415,9 +443,6 @@ class Connection(asyncio.Protocol):
             if rid in self._open:
                 raise ProtocolError(f"request id {rid} reused while still in flight")
             self._open.add(rid)
-            if len(self._open) >= self._max_inflight and not self._reading_paused and self._transport:
-                self._reading_paused = True
-                self._transport.pause_reading()
         handler = self._handler
         if handler is None:
             if kind == REQUEST:

@@ -9,10 +9,11 @@ import random
 import ssl as ssl_module
 from collections.abc import Callable, Mapping
 
-from .connection import Connection, Handler, Outbox, connect
+from .connection import Connection, Handler, connect
 from .errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError
 from .frames import DEFAULT_MAX_FRAME_BYTES, Buffer, Frame
 from .hello import CLIENT_ID
+from .outbox import Outbox
 
 log = logging.getLogger("quorumlog.net")
 

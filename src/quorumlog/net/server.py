@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl as ssl_module
+from collections import Counter
 from collections.abc import Callable, Mapping
 
 from ..errors import ResponseCode
-from .connection import Connection, Handler, Outbox
+from .connection import Connection, Handler
 from .frames import DEFAULT_MAX_FRAME_BYTES, SUPPORTED_VERSIONS
 from .hello import CLIENT_ID, ServerHandshake
+from .outbox import Outbox
 
 log = logging.getLogger("quorumlog.net")
 # Distinct refusal reasons remembered for logging once; more than this (a stranger sending a new cluster
@@ -52,10 +54,12 @@ def _who(conn: Connection, peer_id: str | None) -> str:
 class Server:
     """A listening socket and its connections. `async with` closes it all."""
 
-    def __init__(self, server: asyncio.Server, connections: set[Connection], refusals: RefusalLog) -> None:
+    def __init__(self, server: asyncio.Server, connections: set[Connection], refusals: RefusalLog,
+                 limits: Counter[str]) -> None:
         self._server = server
         self.connections = connections  # established or still in HELLO
         self.refusals = refusals
+        self.limits = limits  # times each limit was hit: connections (refused), requests, output (held)
 
     @property
     def port(self) -> int:
@@ -97,11 +101,16 @@ async def serve(host: str, port: int, handler: Handler, *, cluster: str, node_id
                 groups: Mapping[str, str] | None = None,
                 on_established: Callable[[Connection], None] | None = None,
                 on_close: Callable[[Connection], None] | None = None, backlog: int = 1024,
-                outbox: Outbox | None = None, after_frames: Callable[[], None] | None = None) -> Server:
+                outbox: Outbox | None = None, after_frames: Callable[[], None] | None = None,
+                max_connections: int | None = None, max_output_bytes: int = 32 * 1024 * 1024) -> Server:
     """Listen on host:port; each connection must pass HELLO (and AUTH when `secret` is set).
 
     `groups` ({group: members digest}) are this node's; a peer whose HELLO gives another digest for a
     group both host is refused (hello.py).
+
+    Past `max_connections` open connections a new one is told so (GOODBYE TOO_MANY_CONNECTIONS) and
+    closed at once. Each connection stops reading while `max_inflight` of its requests are unanswered
+    or `max_output_bytes` of its answers unsent (connection.py).
 
     `handler(conn, frame)` then gets every request and one-way frame (see connection.Handler), and
     `after_frames()` is called once the frames that arrived together were handled. Connections write
@@ -110,6 +119,15 @@ async def serve(host: str, port: int, handler: Handler, *, cluster: str, node_id
     """
     connections: set[Connection] = set()
     refusals = RefusalLog()
+    limits: Counter[str] = Counter()
+
+    def made(conn: Connection) -> None:
+        if max_connections is not None and len(connections) >= max_connections:
+            limits["connections"] += 1
+            conn.close(f"the node holds its limit of {max_connections} connections (max_connections): "
+                       "try another node, or later", goodbye=ResponseCode.TOO_MANY_CONNECTIONS)
+            return
+        connections.add(conn)
 
     def established(conn: Connection) -> None:
         refusals.established(conn)
@@ -126,11 +144,12 @@ async def serve(host: str, port: int, handler: Handler, *, cluster: str, node_id
                           server_handshake=ServerHandshake(cluster, node_id, secret, versions=versions,
                                                            groups=groups),
                           hello_timeout=hello_timeout, max_inflight=max_inflight,
-                          on_made=connections.add, on_established=established, on_close=closed,
+                          max_output_bytes=max_output_bytes, limits=limits,
+                          on_made=made, on_established=established, on_close=closed,
                           on_refused=refusals.refused, outbox=outbox, after_frames=after_frames)
         # Registered in connection_made: a TLS handshake that fails never makes (nor loses) the connection.
         return conn
 
     server = await asyncio.get_running_loop().create_server(factory, host, port, ssl=ssl, backlog=backlog)
     log.info("listening on %s:%d%s", host, int(server.sockets[0].getsockname()[1]), " (TLS)" if ssl else "")
-    return Server(server, connections, refusals)
+    return Server(server, connections, refusals, limits)

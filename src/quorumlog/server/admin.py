@@ -56,6 +56,15 @@ def render_metrics(node: NodeServer) -> str:
                 "wait to be handled", node.loop_lag, node=node_label)
     x.sample("quorumlog_hello_refused_total", "counter", "connections refused at HELLO (cluster, secret, members)",
              node.server.refusals.count if node.server is not None else 0, node=node_label)
+    server = node.server
+    x.sample("quorumlog_connections", "gauge", "accepted connections open (clients and peers)",
+             len(server.connections) if server is not None else 0, node=node_label)
+    for limit in ("connections", "requests", "output"):
+        x.sample("quorumlog_limit_hits_total", "counter", "connections refused (connections) or held unread "
+                 "(requests: max_requests_per_connection, output: max_output_bytes_per_connection)",
+                 server.limits[limit] if server is not None else 0, node=node_label, limit=limit)
+    x.sample("quorumlog_reads_clamped_total", "counter", "READs that asked for more bytes than one frame holds",
+             node.reads_clamped, node=node_label)
     for pid, n in sorted(node.links.refusals().items()):
         x.sample("quorumlog_peer_refusals_total", "counter", "this node's HELLOs a peer refused", n,
                  node=node_label, peer=pid)

@@ -82,6 +82,7 @@ class LocalCluster:
     # a "controller" key also adds that Raft group to every node.
     replication: str = "raft"
     ha: Mapping[str, Any] = field(default_factory=dict)
+    node: Mapping[str, Any] = field(default_factory=dict)  # more top-level node settings (limits)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -113,6 +114,7 @@ class LocalCluster:
                      f"listen = {_toml_value(node.address)}", f"admin_listen = \"127.0.0.1:{node.admin_port}\""]
             if self.secret:
                 lines.append(f"secret = {_toml_value(self.secret)}")
+            lines += [f"{k} = {_toml_value(v)}" for k, v in self.node.items()]
             lines.append("[raft]")
             lines += [f"{k} = {_toml_value(v)}" for k, v in self.raft.items()]
             lines.append("[store]")

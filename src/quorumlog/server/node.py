@@ -21,10 +21,11 @@ from ..config import NodeConfig
 from ..errors import CorruptEntryError, QuorumLogError, ResponseCode
 from ..ha.node import HaNode
 from ..net.bodies import unpack
-from ..net.connection import Connection, Outbox
+from ..net.connection import Connection
 from ..net.errors import ProtocolError
 from ..net.frames import ONEWAY, REQUEST, Frame
 from ..net.ops import Op, op_name
+from ..net.outbox import Outbox
 from ..net.schemas import (
     GET_REQUEST,
     GET_RESPONSE,
@@ -61,6 +62,10 @@ EXPIRE_EVERY_S = 10.0
 SHUTDOWN_DRAIN_S = 1.0
 
 
+# A READ answer's frame header and fields besides the entries: [code, entries, next, committed].
+READ_ANSWER_OVERHEAD = 64
+
+
 class UnknownGroupError(QuorumLogError):
     code = ResponseCode.UNKNOWN_GROUP
 
@@ -82,6 +87,8 @@ class NodeServer:
         self._scheduled = False
         self._dirty: set[Group] = set()
         self.outbox = Outbox()  # every connection's writes: flushed once the work of a turn is done
+        self._read_limit = cfg.max_frame_bytes - READ_ANSWER_OVERHEAD
+        self.reads_clamped = 0  # READs that asked for more than one frame holds
         self._stop = asyncio.Event()
         self._fatal: BaseException | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -125,7 +132,10 @@ class NodeServer:
             self.server = await serve(host, port, self._handle, cluster=self.cfg.cluster, node_id=self.node_id,
                                       secret=self.cfg.secret, max_frame_bytes=self.cfg.max_frame_bytes,
                                       groups=self.member_digests, on_close=self._on_close,
-                                      outbox=self.outbox, after_frames=self._after_frames)
+                                      outbox=self.outbox, after_frames=self._after_frames,
+                                      max_connections=self.cfg.max_connections,
+                                      max_inflight=self.cfg.max_requests_per_connection,
+                                      max_output_bytes=self.cfg.max_output_bytes_per_connection)
         except OSError as e:
             await self._close_groups()
             raise StartupError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
@@ -312,8 +322,12 @@ class NodeServer:
         if op == Op.READ:
             r = READ_REQUEST.decode(f.body)
             g = self._group(r.group)
+            max_bytes = r.max_bytes
+            if max_bytes > self._read_limit:  # an answer must fit in one frame: read no more than that
+                max_bytes = self._read_limit
+                self.reads_clamped += 1
             try:
-                data, nxt, committed = read_committed(g.store, r.from_index, r.max_entries, r.max_bytes,
+                data, nxt, committed = read_committed(g.store, r.from_index, r.max_entries, max_bytes,
                                                       r.include_control)
             except CorruptEntryError as e:
                 g.on_corruption(e)

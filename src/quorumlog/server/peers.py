@@ -11,9 +11,9 @@ import logging
 import socket
 from collections.abc import Mapping
 
-from ..net.connection import Outbox
 from ..net.endpoint import Endpoint
 from ..net.errors import ConnectionClosedError
+from ..net.outbox import Outbox
 from .codec import PeerMessage, encode_message
 
 log = logging.getLogger("quorumlog.server")
