@@ -49,6 +49,7 @@ class ResponseCode(IntEnum):
     LEADER_NOT_READY = 505
     LEADER_TRANSFERRING = 506
     TOO_MANY_CONNECTIONS = 507  # the node holds max_connections connections: try another node, or later
+    OUT_OF_FILES = 508  # the node has no file descriptor left to open a segment: nothing written, retry
     # Primary/backup mode (RocketMQ's names).
     FLUSH_SLAVE_TIMEOUT = 600
     SLAVE_NOT_AVAILABLE = 601
@@ -120,6 +121,13 @@ class DiskFullError(StoreError):
     """Disk use is past disk_full_ratio; appends are refused until space returns."""
 
     code = ResponseCode.DISK_FULL
+
+
+class OutOfFilesError(DiskFullError):
+    """The process has no file descriptor left (EMFILE, ENFILE) to open the file a write needs: nothing
+    was written, the store goes on, and the same write succeeds once descriptors are free again."""
+
+    code = ResponseCode.OUT_OF_FILES
 
 
 class IndexOutOfRangeError(StoreError):

@@ -115,7 +115,7 @@ class Appends:
             appended = store.append(bodies, self.term, MAGIC_NORMAL, metas or None)
         except (InvalidArgumentError, DiskFullError) as e:
             producers.truncate_after(end)  # nothing was written: forget what was recorded for it
-            code = ResponseCode.DISK_FULL if isinstance(e, DiskFullError) else ResponseCode.UNEXPECTED_ARGUMENT
+            code = e.code if isinstance(e, DiskFullError) else ResponseCode.UNEXPECTED_ARGUMENT
             for r in accepted:
                 completions.append(self._fail(r.request_id, code))
             return False

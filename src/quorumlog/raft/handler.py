@@ -153,8 +153,8 @@ class EntryHandler:
             self.stats["append_rejected_corrupt"] += 1
             self._respond(req, INCONSISTENT_STATE, out)
             return
-        except DiskFullError:
-            self._respond(req, int(ResponseCode.DISK_FULL), out)
+        except DiskFullError as e:  # or out of descriptors: nothing written, the leader sends it again
+            self._respond(req, int(e.code), out)
             return
         if metas:
             self.producers.record_metas(metas)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import GroupConfig
-from ..errors import CorruptEntryError, DiskError, ResponseCode
+from ..errors import CorruptEntryError, DiskError, OutOfFilesError, ResponseCode
 from ..ha.node import HaNode
 from ..net.bodies import encode_error
 from ..net.connection import Connection
@@ -49,6 +49,8 @@ SUCCESS = int(ResponseCode.SUCCESS)
 # One proposal gathers the appends of one loop iteration, up to these bounds (the rest wait one more turn).
 MAX_PROPOSAL_ENTRIES = 16384
 MAX_PROPOSAL_BYTES = 8 << 20
+# How soon a term or vote that found no file descriptor free is written again.
+STABLE_RETRY_S = 0.1
 # The same unexpected core error is logged with its traceback at most this often (it may recur every tick).
 CORE_ERROR_LOG_INTERVAL_S = 60.0
 
@@ -220,6 +222,8 @@ class Group:
         self._note_commit()
 
     def _persist_stable(self) -> None:
+        if self._closed:
+            return
         if self._held is None:
             self._held = []
         self._loop.run_in_executor(self._executor, self.store.persist_stable).add_done_callback(self._stable_saved)
@@ -227,8 +231,13 @@ class Group:
     def _stable_saved(self, fut: asyncio.Future[None]) -> None:
         if self._closed:
             return
-        if fut.exception() is not None:  # the store failed its fsync: fail-stop
-            self._on_fatal(fut.exception())  # type: ignore[arg-type]
+        error = fut.exception()
+        if isinstance(error, OutOfFilesError):  # no descriptor free: try again soon, still holding
+            log.warning("group %s: cannot write the term and vote yet: %s", self.name, error)
+            self._loop.call_later(STABLE_RETRY_S, self._persist_stable)
+            return
+        if error is not None:  # the store failed its fsync: fail-stop
+            self._on_fatal(error)
             return
         if self.store.stable_unsaved:  # the term moved on meanwhile: write that too, still holding
             self._persist_stable()
@@ -394,8 +403,11 @@ class Group:
 
         def done(f: concurrent.futures.Future[None]) -> None:
             self._checkpointing = False
-            if f.exception() is not None and not self._closed:
-                self._on_fatal(f.exception())  # type: ignore[arg-type]
+            error = f.exception()
+            if isinstance(error, OutOfFilesError):  # the old checkpoint stands; the next interval tries again
+                log.warning("group %s: checkpoint skipped: %s", self.name, error)
+            elif error is not None and not self._closed:
+                self._on_fatal(error)
 
         self._loop.run_in_executor(self._executor, self.store.checkpoint).add_done_callback(done)  # type: ignore[arg-type]
 

@@ -16,6 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import NoReturn
 
 from ..config import StoreConfig
 from ..entry import (
@@ -35,6 +36,7 @@ from ..errors import (
     DiskError,
     DiskFullError,
     InvalidArgumentError,
+    OutOfFilesError,
     StoreError,
 )
 from .base import Appended, Damage, check_bodies, place, verify_run
@@ -45,7 +47,7 @@ from .reader import RecentBatches
 from .recovery import Scan, judge, scan
 from .segments import SegmentList
 from .stable import StableFiles
-from .vfs import OsFiles
+from .vfs import OUT_OF_FILES, OsFiles
 
 _pack_unit = INDEX_UNIT.pack_into
 _DISK_PROBE_INTERVAL_S = 0.1
@@ -250,29 +252,38 @@ class FileStore(FileCuts):
         if not bodies:
             return Appended(first, term, positions)
         self._before_entries()
-        try:
-            wp = self._write_pos
-            seg_end = wp - wp % self._seg + self._seg
-            total = sum(map(len, bodies)) + HEADER_SIZE * len(bodies) + (META_SIZE * len(metas) if metas else 0)
-            if wp + total + BLANK_SIZE <= seg_end:
+        last = first + len(bodies) - 1
+        wp = self._write_pos
+        seg_end = wp - wp % self._seg + self._seg
+        total = sum(map(len, bodies)) + HEADER_SIZE * len(bodies) + (META_SIZE * len(metas) if metas else 0)
+        if wp + total + BLANK_SIZE <= seg_end:
+            self._reserve(wp + total - 1, last)
+            try:
                 self._write_run(bodies, magic, first, term, wp, positions, metas)
-            else:  # the batch crosses a segment end: split it where place() rolls over
+            except OSError as e:
+                self._fail(e)
+        else:  # the batch crosses a segment end: split it where place() rolls over
+            rolls = []  # (offset in bodies, position of the blank that ends the segment)
+            for i, body in enumerate(bodies):
+                size = HEADER_SIZE + len(body) + (META_SIZE if metas and i in metas else 0)
+                pos = place(wp, size, self._seg)
+                if pos != wp:
+                    rolls.append((i, wp))
+                wp = pos + size
+            self._reserve(wp - 1, last)
+            try:
                 start = 0
-                for i, body in enumerate(bodies):
-                    size = HEADER_SIZE + len(body) + (META_SIZE if metas and i in metas else 0)
-                    pos = place(wp, size, self._seg)
-                    if pos != wp:
-                        if i > start:
-                            self._write_run(bodies[start:i], magic, first + start, term, self._write_pos,
-                                            positions, _shifted(metas, start, i))
-                            start = i
-                        self._write_blank(wp)
-                        self._write_pos = pos
-                    wp = pos + size
+                for i, blank_at in rolls:
+                    if i > start:
+                        self._write_run(bodies[start:i], magic, first + start, term, self._write_pos,
+                                        positions, _shifted(metas, start, i))
+                        start = i
+                    self._write_blank(blank_at)
+                    self._write_pos = blank_at - blank_at % self._seg + self._seg
                 self._write_run(bodies[start:], magic, first + start, term, self._write_pos, positions,
                                 _shifted(metas, start, len(bodies)))
-        except OSError as e:
-            self._fail(e)
+            except OSError as e:
+                self._fail(e)
         self._heal()
         return Appended(first, term, positions)
 
@@ -281,7 +292,27 @@ class FileStore(FileCuts):
         try:
             self._stable.ensure_currterm()
         except OSError as e:
-            self._fail(e)
+            self._transient_or_fail(e)
+
+    def _reserve(self, last_pos: int, last_index: int) -> None:
+        """Open the data and index segments a write will reach before writing any of it: with no file
+        descriptor free, the write then fails whole (nothing written, the store goes on), never midway."""
+        try:
+            # From where the write starts: an empty list of segments starts at the first one ensured.
+            self.data.ensure(self._write_pos)
+            self.data.ensure(last_pos)
+            self.index.ensure((self._end + 1) * INDEX_UNIT_SIZE)
+            self.index.ensure(last_index * INDEX_UNIT_SIZE)
+        except OSError as e:
+            self._transient_or_fail(e)
+
+    def _transient_or_fail(self, e: OSError) -> NoReturn:
+        """Out of file descriptors before anything was written: a transient error. Anything else (or
+        later) fails the store."""
+        if e.errno in OUT_OF_FILES:
+            raise OutOfFilesError(f"{self.dir}: no file descriptor free ({e.strerror}); nothing was written") \
+                from None
+        self._fail(e)
 
     def _heal(self) -> None:
         """The lost entries are back: those committed before the loss are committed again."""
@@ -335,6 +366,8 @@ class FileStore(FileCuts):
         if not run:
             return self._end, metas
         self._before_entries()
+        _o, last_pos, last_size, last_index, _t, _m = run[-1]
+        self._reserve(last_pos + last_size - 1, last_index)
         mv = memoryview(data)
         units = bytearray(INDEX_UNIT_SIZE * len(run))
         first = run[0][3]
@@ -411,8 +444,8 @@ class FileStore(FileCuts):
                 begin_index=self._begin, begin_pos=self._begin_pos, begin_chain=self._begin_chain,
                 begin_term=self._begin_term, end_index=end, committed_index=committed,
                 anchor_index=anchor, anchor_pos=apos, anchor_chain=achain))
-        except OSError as e:
-            self._fail(e)
+        except OSError as e:  # out of descriptors: the old checkpoint stands (it is replaced by rename)
+            self._transient_or_fail(e)
         self._cp_end, self._cp_committed = end, committed
 
     def load_vote(self) -> tuple[int, str | None]:
@@ -443,11 +476,12 @@ class FileStore(FileCuts):
         return self._stable.unsaved
 
     def persist_stable(self) -> None:
-        """Make the current term, vote and recovery flag durable (any thread)."""
+        """Make the current term, vote and recovery flag durable (any thread). OutOfFilesError when no
+        file descriptor is free: the state is then as before, and the call may be made again."""
         try:
             self._stable.persist()
         except OSError as e:
-            self._fail(e)
+            self._transient_or_fail(e)
 
     def close(self) -> None:
         if self._closed:
@@ -484,7 +518,7 @@ class FileStore(FileCuts):
         self.close()
 
     # -- failure -------------------------------------------------------------------------------
-    def _fail(self, e: OSError) -> None:
+    def _fail(self, e: OSError) -> NoReturn:
         """Fail stop: after a failed write or fdatasync the page cache cannot be trusted."""
         self._failed = DiskError(f"{self.dir}: {e}")
         raise self._failed from e

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import StoreError
-from .vfs import OsFiles
+from .vfs import OUT_OF_FILES, OsFiles
 
 NAME_DIGITS = 20
 SPARE_SUFFIX = ".spare"  # segments allocated ahead by earlier versions: removed at load
@@ -147,13 +147,19 @@ class SegmentList:
             fd = self._open_allocated(path)
             try:
                 mapped = self.files.map(fd, self.size)
+                try:
+                    # Durable before any write lands in it; on failure (no descriptor for the directory)
+                    # it is not taken, and the next ensure() opens and syncs it again.
+                    self.files.fsync_dir(self.dir)
+                except BaseException:
+                    mapped.close()
+                    raise
             except BaseException:
                 self.files.close(fd)
                 raise
             seg = Segment(nxt, path, fd, mapped)
             with self.lock:
                 self.segments.append(seg)
-            self.files.fsync_dir(self.dir)
             if nxt == base:
                 return seg
             nxt += self.size
@@ -206,9 +212,16 @@ class SegmentList:
             if seg is None:
                 return False  # ahead far enough, or at the last segment's end (the writer creates more)
             try:
-                fd = os.open(seg.path, os.O_WRONLY | getattr(os, "O_DIRECT", 0) | getattr(os, "O_CLOEXEC", 0))
-            except OSError:  # no O_DIRECT here (tmpfs): buffered, then synced below
-                fd = os.dup(seg.fd)
+                try:
+                    fd = os.open(seg.path, os.O_WRONLY | getattr(os, "O_DIRECT", 0) | getattr(os, "O_CLOEXEC", 0))
+                except OSError as e:  # no O_DIRECT here (tmpfs): buffered, then synced below
+                    if e.errno in OUT_OF_FILES:
+                        raise
+                    fd = os.dup(seg.fd)
+            except OSError as e:
+                if e.errno in OUT_OF_FILES:
+                    return False  # no descriptor free now: fill again at the writer's next wake-up
+                raise
         try:
             with self._fill_lock:
                 if self._filled > start:

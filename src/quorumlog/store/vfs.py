@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import shutil
+
+# No file descriptor left (per process, per system): transient, nothing was opened.
+OUT_OF_FILES = frozenset({errno.EMFILE, errno.ENFILE})
 
 
 class OsFiles:
