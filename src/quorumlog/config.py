@@ -234,6 +234,18 @@ def parse_peers(text: str) -> dict[str, str]:
     return peers
 
 
+def read_secret_file(path: str | Path) -> str:
+    """A shared secret kept in a file: its text without the trailing newline (ConfigError if unreadable
+    or empty)."""
+    try:
+        secret = Path(path).read_text().rstrip("\r\n")
+    except OSError as e:
+        raise ConfigError(f"cannot read the secret file {path}: {e.strerror}") from None
+    if not secret:
+        raise ConfigError(f"the secret file {path} is empty")
+    return secret
+
+
 def load_node_config(path: str | Path) -> NodeConfig:
     """Load a node's TOML file: top-level node settings, [raft] and [store] defaults, [[group]] tables."""
     try:
@@ -257,5 +269,7 @@ def load_node_config(path: str | Path) -> NodeConfig:
                            "[[group]]"))
     if "id" in doc:
         doc["node_id"] = doc.pop("id")
+    if "secret_file" in doc:  # the secret in a file of its own (permissions of its own), not in this one
+        doc["secret"] = read_secret_file(doc.pop("secret_file"))
     doc["data_dir"] = Path(doc.get("data_dir", "data"))
     return _sub(NodeConfig, {**doc, "groups": tuple(groups)}, "the node settings")

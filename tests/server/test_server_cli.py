@@ -161,3 +161,45 @@ def test_bench_json_against_local_cluster(tmp_path: Path) -> None:
     doc = json.loads(r.stdout)
     assert doc["throughput"]["appends_per_s"] > 0 and doc["single"]["appends"] == 20
     assert doc["failover"]["rounds"] == 1
+
+
+def test_the_secret_comes_from_a_file_or_the_environment_never_argv(tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("hush-7f3a\n")
+    assert ql("serve", "--secret", "hush-7f3a").returncode != 0  # no such flag: it would show in ps
+    proc = subprocess.Popen([*QL, "serve", "--id", "n0", "--peers", f"n0=127.0.0.1:{port}", "--data-dir",
+                             str(tmp_path / "data"), "--secret-file", str(secret_file), "--log-level", "WARNING"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        eps = ["--endpoints", f"127.0.0.1:{port}", "--timeout", "10"]
+        r = ql("append", *eps, "--secret-file", str(secret_file), "one")
+        assert r.returncode == 0, r.stderr
+        assert b"hush-7f3a" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+        env = {**os.environ, "QUORUMLOG_SECRET": "hush-7f3a"}
+        r = subprocess.run([*QL, "append", *eps, "two"], capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 0, r.stderr
+        r = ql("append", "--endpoints", f"127.0.0.1:{port}", "--timeout", "2", "three")  # no secret: refused
+        assert r.returncode != 0 and "error" in r.stderr
+        r = ql("read", *eps, "--secret-file", str(secret_file), "--from", "0", "--count", "3")
+        assert r.stdout.split() == ["one", "two"], r.stdout + r.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_node_toml_may_name_a_secret_file(tmp_path: Path) -> None:
+    from quorumlog.config import ConfigError, load_node_config
+
+    (tmp_path / "secret").write_text("s3cret\n")
+    toml = tmp_path / "node.toml"
+    toml.write_text(f'id = "n0"\nsecret_file = "{tmp_path / "secret"}"\n[[group]]\nname = "g0"\n'
+                    'peers = "n0=127.0.0.1:9000"\n')
+    assert load_node_config(toml).secret == "s3cret"
+    (tmp_path / "secret").write_text("")
+    with pytest.raises(ConfigError, match="is empty"):
+        load_node_config(toml)

@@ -22,7 +22,7 @@ from typing import Any
 
 import msgpack
 
-from .client_cmds import add_connection_args
+from .client_cmds import add_connection_args, read_secret
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -93,7 +93,7 @@ async def _throughput(args: argparse.Namespace, progress: Any) -> dict[str, Any]
 
     payload = os.urandom(args.size)
     batch = max(1, args.batch)
-    clients = [AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=args.secret,
+    clients = [AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=read_secret(args),
                            retry_timeout=args.timeout, idempotent=args.idempotent) for _ in range(args.connections)]
     # The request body is the same every time: encode it once (the client's CPU is not what we measure).
     if batch == 1:
@@ -154,7 +154,7 @@ async def _single(args: argparse.Namespace) -> dict[str, Any]:
 
     payload = os.urandom(args.size)
     lat = []
-    async with AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=args.secret,
+    async with AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=read_secret(args),
                            idempotent=args.idempotent) as c:
         await c.append(payload)
         for _ in range(args.single):

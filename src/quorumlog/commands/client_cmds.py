@@ -15,12 +15,27 @@ from ..entry import Entry
 DEFAULT_ENDPOINTS = "127.0.0.1:9000,127.0.0.1:9001,127.0.0.1:9002"
 
 
+def add_secret_arg(p: argparse.ArgumentParser) -> None:
+    """--secret-file: the shared secret is read from a file or $QUORUMLOG_SECRET, never from the command
+    line, where any user of the machine sees it in `ps`."""
+    p.add_argument("--secret-file", help="file holding the shared secret (default: $QUORUMLOG_SECRET, if set)")
+
+
+def read_secret(args: argparse.Namespace) -> str | None:
+    """The secret from --secret-file, else $QUORUMLOG_SECRET, else None (ConfigError if unreadable)."""
+    from ..config import read_secret_file
+
+    if args.secret_file:
+        return read_secret_file(args.secret_file)
+    return os.environ.get("QUORUMLOG_SECRET") or None
+
+
 def add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoints", default=os.environ.get("QUORUMLOG_ENDPOINTS", DEFAULT_ENDPOINTS),
                    help="host:port,... of any nodes (default $QUORUMLOG_ENDPOINTS or 127.0.0.1:9000-9002)")
     p.add_argument("--group", default="g0", help="group name (default g0)")
     p.add_argument("--cluster", default="quorumlog", help="cluster name (default quorumlog)")
-    p.add_argument("--secret", default=os.environ.get("QUORUMLOG_SECRET"), help="shared secret ($QUORUMLOG_SECRET)")
+    add_secret_arg(p)
     p.add_argument("--timeout", type=float, default=15.0, help="seconds to keep retrying across a leader change")
 
 
@@ -81,7 +96,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def _client(args: argparse.Namespace) -> Any:
     from ..client import Client
 
-    return Client(args.endpoints, group=args.group, cluster=args.cluster, secret=args.secret,
+    return Client(args.endpoints, group=args.group, cluster=args.cluster, secret=read_secret(args),
                   retry_timeout=args.timeout)
 
 

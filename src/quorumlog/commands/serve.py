@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .client_cmds import add_secret_arg, read_secret
+
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run one node", description=(
@@ -18,7 +20,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--listen", help="host:port to bind (default: this node's address in --peers)")
     p.add_argument("--admin-port", type=int, help="serve /status and /metrics over HTTP on this port")
     p.add_argument("--cluster", help="cluster name checked at HELLO (default quorumlog)")
-    p.add_argument("--secret", help="shared secret for HMAC authentication of peers and clients")
+    add_secret_arg(p)
     p.add_argument("--flush", choices=("sync", "async"), help="fdatasync before acks (sync, default) or not")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     p.set_defaults(func=_serve)
@@ -34,7 +36,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--flush", choices=("sync", "async"), default="sync")
     p.add_argument("--segment-mb", type=int, default=64,
                    help="data segment size in MiB (default 64: a laptop-sized cluster; nodes default to 1024)")
-    p.add_argument("--secret", help="shared secret for every node")
+    add_secret_arg(p)
     p.add_argument("--log-level", default="WARNING", help="log level of the nodes (default WARNING)")
     p.add_argument("--replication", choices=("raft", "primary-backup"), default="raft",
                    help="raft (default), or primary-backup with n0 the first primary (docs/replication.md)")
@@ -50,7 +52,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     cfg = config_from_flags(config=args.config, node_id=args.node_id, groups=args.group, peers=args.peers,
                             data_dir=args.data_dir, admin_port=args.admin_port, cluster=args.cluster,
-                            secret=args.secret, listen=args.listen, flush=args.flush)
+                            secret=read_secret(args), listen=args.listen, flush=args.flush)
     return run_serve(cfg, args.log_level)
 
 
@@ -58,6 +60,6 @@ def _local_cluster(args: argparse.Namespace) -> int:
     from ..server.cluster import run_local_cluster
 
     return run_local_cluster(nodes=args.nodes, groups=args.groups, data_dir=args.data_dir,
-                             base_port=args.base_port, flush=args.flush, secret=args.secret,
+                             base_port=args.base_port, flush=args.flush, secret=read_secret(args),
                              log_level=args.log_level, segment_mb=args.segment_mb, replication=args.replication,
                              ha={"ack": args.ack, **({"controller": "ctl"} if args.controller else {})})
