@@ -18,7 +18,7 @@ from ..ha.messages import HaHandshake, HaMessage, HaReport, HaTransfer, HaTrunca
 from ..net.bodies import unpack
 from ..net.errors import ProtocolError
 from ..net.frames import ONEWAY, Frame
-from ..net.ops import Op
+from ..net.ops import Op, op_name
 from ..net.schemas import PEER_MESSAGES, PEER_REQUEST, PEER_RESPONSE
 from ..raft.messages import (
     HeartbeatRequest,
@@ -83,7 +83,7 @@ def decode_message(f: Frame) -> PeerMessage:
     key = (f.op, f.request_id)
     cls = _CLASSES.get(key)
     if cls is None:
-        raise ProtocolError(f"one-way {Op(f.op).name} frame with unknown direction {f.request_id}")
+        raise ProtocolError(f"one-way {op_name(f.op)} frame with unknown direction {f.request_id}")
     values = PEER_MESSAGES[key].validate(unpack(f.body))
     msg: PeerMessage = cls(*values)
     return msg
