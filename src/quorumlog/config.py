@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -188,6 +189,7 @@ class NodeConfig:
     max_connections: int = 1024  # accepted connections, clients and peers; more are refused at once
     max_requests_per_connection: int = 1024  # unanswered requests before the node stops reading one
     max_output_bytes_per_connection: int = 32 * MiB  # unsent answers before the node stops reading one
+    insecure: bool = False  # listen beyond loopback without a secret (refused otherwise)
 
     def __post_init__(self) -> None:
         if not self.node_id:
@@ -232,6 +234,16 @@ def parse_peers(text: str) -> dict[str, str]:
     if not peers:
         raise ConfigError("no peers given")
     return peers
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address, or "localhost") is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # any other name may resolve to an outside address
 
 
 def read_secret_file(path: str | Path) -> str:

@@ -203,3 +203,18 @@ def test_node_toml_may_name_a_secret_file(tmp_path: Path) -> None:
     (tmp_path / "secret").write_text("")
     with pytest.raises(ConfigError, match="is empty"):
         load_node_config(toml)
+
+
+def test_serve_refuses_an_outside_address_without_a_secret(tmp_path: Path) -> None:
+    """Protected mode: without a secret a node listens on loopback only, unless told --insecure."""
+    from quorumlog.config import is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("127.5.0.1") and is_loopback("::1")
+    assert is_loopback("localhost") and not is_loopback("0.0.0.0") and not is_loopback("10.0.0.7")
+    assert not is_loopback("db.example") and not is_loopback("::")
+    (port,) = free_ports(1)
+    r = ql("serve", "--id", "n0", "--peers", f"n0=127.0.0.1:{port}", "--listen", f"0.0.0.0:{port}",
+           "--data-dir", str(tmp_path / "data"), timeout=30)
+    assert r.returncode != 0
+    line = r.stderr.strip().splitlines()[-1]
+    assert "without authentication" in line and "--insecure" in line and "--secret-file" in line, r.stderr

@@ -22,6 +22,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cluster", help="cluster name checked at HELLO (default quorumlog)")
     add_secret_arg(p)
     p.add_argument("--flush", choices=("sync", "async"), help="fdatasync before acks (sync, default) or not")
+    p.add_argument("--insecure", action="store_true", default=None,
+                   help="listen on a non-loopback address without a secret (refused otherwise)")
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     p.set_defaults(func=_serve)
 
@@ -52,7 +54,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     cfg = config_from_flags(config=args.config, node_id=args.node_id, groups=args.group, peers=args.peers,
                             data_dir=args.data_dir, admin_port=args.admin_port, cluster=args.cluster,
-                            secret=read_secret(args), listen=args.listen, flush=args.flush)
+                            secret=read_secret(args), listen=args.listen, flush=args.flush,
+                            insecure=args.insecure)
     return run_serve(cfg, args.log_level)
 
 

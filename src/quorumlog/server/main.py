@@ -14,7 +14,8 @@ from ..errors import ConfigError
 
 def config_from_flags(*, config: str | None, node_id: str | None, groups: list[str] | None, peers: str | None,
                       data_dir: str | None, admin_port: int | None, cluster: str | None, secret: str | None,
-                      listen: str | None = None, flush: str | None = None) -> NodeConfig:
+                      listen: str | None = None, flush: str | None = None,
+                      insecure: bool | None = None) -> NodeConfig:
     """A NodeConfig from --config, with flags overriding its top-level settings; or from flags alone."""
     if config is not None:
         cfg = load_node_config(config)
@@ -32,6 +33,8 @@ def config_from_flags(*, config: str | None, node_id: str | None, groups: list[s
             changes["secret"] = secret
         if listen:
             changes["listen"] = listen
+        if insecure is not None:
+            changes["insecure"] = insecure
         if admin_port is not None:
             changes["admin_listen"] = f"{_host(cfg.listen)}:{admin_port}"
         if changes:
@@ -52,7 +55,7 @@ def config_from_flags(*, config: str | None, node_id: str | None, groups: list[s
     my_addr = listen or peer_map[node_id]
     return NodeConfig(node_id=node_id, data_dir=Path(data_dir), groups=gcfgs, cluster=cluster or "quorumlog",
                       listen=my_addr, admin_listen=f"{_host(my_addr)}:{admin_port}" if admin_port else None,
-                      secret=secret)
+                      secret=secret, insecure=bool(insecure))
 
 
 def _toml_keys(path: str) -> set[str]:

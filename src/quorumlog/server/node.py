@@ -17,7 +17,7 @@ import socket
 import time
 from typing import Any
 
-from ..config import NodeConfig
+from ..config import NodeConfig, is_loopback
 from ..errors import CorruptEntryError, QuorumLogError, ResponseCode
 from ..ha.node import HaNode
 from ..net.bodies import unpack
@@ -128,6 +128,15 @@ class NodeServer:
                 await self._close_groups()
                 raise StartupError(f"cannot open data dir {self.cfg.data_dir}: {e.strerror or e}") from None
         host, port = split_address(self.listen)
+        if self.cfg.secret is None and not is_loopback(host):
+            if not self.cfg.insecure:
+                await self._close_groups()
+                raise StartupError(
+                    f"refusing to listen on {self.listen} without authentication: anyone who reaches it could "
+                    "join as a peer or write to any group. Set a shared secret (secret_file in the node's "
+                    "TOML, --secret-file or $QUORUMLOG_SECRET), or run open anyway with --insecure")
+            log.warning("node %s listens on %s WITHOUT authentication (--insecure): anyone who reaches it can "
+                        "join as a peer or write to any group", self.node_id, self.listen)
         try:
             self.server = await serve(host, port, self._handle, cluster=self.cfg.cluster, node_id=self.node_id,
                                       secret=self.cfg.secret, max_frame_bytes=self.cfg.max_frame_bytes,
