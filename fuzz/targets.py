@@ -80,8 +80,10 @@ def entries(data: bytes) -> None:
 def hello(data: bytes) -> None:
     """A server's handshake fed a sequence of request frames, with and without a secret."""
     fdp = atheris.FuzzedDataProvider(data)
-    hs = ServerHandshake("quorumlog", "n0", b"secret" if fdp.ConsumeBool() else None,
-                         groups={"g0": "0123456789abcdef"}, nonce=lambda: b"\x01" * 16)
+    secret = fdp.ConsumeBool()
+    hs = ServerHandshake("quorumlog", "n0", b"secret" if secret else None, groups={"g0": "0123456789abcdef"},
+                         nonce=lambda: b"\x01" * 32,
+                         tokens={"t": ("token-secret", {"g0": frozenset({"read"})})} if secret else None)
     while fdp.remaining_bytes():
         op = Op.HELLO if fdp.ConsumeBool() else fdp.ConsumeIntInRange(0, 255)
         try:
@@ -89,6 +91,8 @@ def hello(data: bytes) -> None:
         except REFUSALS:
             return
         assert isinstance(reply.op, int) and isinstance(reply.body, bytes)
+        # Established with a key configured means a proof was checked: never by an empty or random one.
+        assert not (secret and hs.state.value == "established"), "authenticated without the secret"
         if reply.close:
             return
 

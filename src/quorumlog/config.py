@@ -173,6 +173,32 @@ class GroupConfig:
             raise ConfigError(f"group {self.name!r}: primary and controller apply to primary-backup groups only")
 
 
+PERMISSIONS = frozenset({"read", "append", "admin"})
+
+
+@dataclass(frozen=True, slots=True)
+class TokenConfig:
+    """A named client credential: its secret, and what it may do in each group ("*": every group).
+
+    read: READ, GET, TAIL, METADATA; append: APPEND, APPEND_BATCH; admin: LEADERSHIP_TRANSFER, PROMOTE,
+    STATUS. A client using it connects as "client:<name>" and proves the secret at HELLO."""
+
+    name: str
+    secret: str
+    permissions: dict[str, frozenset[str]]
+
+    def __post_init__(self) -> None:
+        if not _NODE_ID.fullmatch(self.name):
+            raise ConfigError(f"invalid token name {self.name!r}: use letters, digits, '.', '_' and '-'")
+        if not self.secret:
+            raise ConfigError(f"token {self.name!r} has no secret")
+        for group, perms in self.permissions.items():
+            unknown = set(perms) - PERMISSIONS
+            if unknown:
+                raise ConfigError(f"token {self.name!r}: unknown permission(s) {', '.join(sorted(unknown))} for "
+                                  f"{group!r}; use {', '.join(sorted(PERMISSIONS))}")
+
+
 @dataclass(frozen=True, slots=True)
 class NodeConfig:
     """One node process: its id, listen address, data directory and groups."""
@@ -190,6 +216,7 @@ class NodeConfig:
     max_requests_per_connection: int = 1024  # unanswered requests before the node stops reading one
     max_output_bytes_per_connection: int = 32 * MiB  # unsent answers before the node stops reading one
     insecure: bool = False  # listen beyond loopback without a secret (refused otherwise)
+    tokens: tuple[TokenConfig, ...] = ()  # client credentials with permissions ([[token]] tables)
 
     def __post_init__(self) -> None:
         if not self.node_id:
@@ -199,6 +226,8 @@ class NodeConfig:
                 raise ConfigError(f"{name} must be positive")
         if self.max_frame_bytes < 64 * 1024:
             raise ConfigError("max_frame_bytes must be at least 64 KiB")
+        if self.tokens and not self.secret:
+            raise ConfigError("client tokens need the cluster's shared secret too: peers authenticate with it")
         by_name = {g.name: g for g in self.groups}
         for g in self.groups:
             if self.node_id not in g.peers:
@@ -258,6 +287,17 @@ def read_secret_file(path: str | Path) -> str:
     return secret
 
 
+def _token(t: dict[str, Any]) -> TokenConfig:
+    """A [[token]] table: name, secret or secret_file, permissions = {group = ["read", ...]}."""
+    t = dict(t)
+    if "secret_file" in t:
+        t["secret"] = read_secret_file(t.pop("secret_file"))
+    perms = t.pop("permissions", {})
+    if not isinstance(perms, dict) or not all(isinstance(v, list) for v in perms.values()):
+        raise ConfigError(f"token {t.get('name')!r}: permissions must be a table of lists, e.g. {{ g0 = [\"read\"] }}")
+    return _sub(TokenConfig, {**t, "permissions": {g: frozenset(v) for g, v in perms.items()}}, "[[token]]")
+
+
 def load_node_config(path: str | Path) -> NodeConfig:
     """Load a node's TOML file: top-level node settings, [raft] and [store] defaults, [[group]] tables."""
     try:
@@ -283,5 +323,6 @@ def load_node_config(path: str | Path) -> NodeConfig:
         doc["node_id"] = doc.pop("id")
     if "secret_file" in doc:  # the secret in a file of its own (permissions of its own), not in this one
         doc["secret"] = read_secret_file(doc.pop("secret_file"))
+    doc["tokens"] = tuple(_token(t) for t in doc.pop("token", []))
     doc["data_dir"] = Path(doc.get("data_dir", "data"))
     return _sub(NodeConfig, {**doc, "groups": tuple(groups)}, "the node settings")

@@ -184,3 +184,36 @@ def test_real_member_digests_differ_for_another_member_list():
     c = ClientHandshake("c1", "n2", groups={"g0": members_digest("g0", ["n0", "n1", "n2", "n3"])})
     with pytest.raises(HandshakeError, match=f"n0 has {same}"):
         run(c, ServerHandshake("c1", "n0", groups={"g0": same}))
+
+
+TOKENS = {"reader": ("r-secret", {"g0": frozenset({"read"})}), "ops": ("o-secret", {"*": frozenset({"admin"})})}
+
+
+def test_a_token_proves_its_own_secret_and_gets_its_permissions():
+    from quorumlog.net.hello import allowed, token_client_id
+
+    s = ServerHandshake("c1", "n0", "cluster", tokens=TOKENS, nonce=lambda: NONCE)
+    c = ClientHandshake("c1", token_client_id("reader"), "r-secret")
+    assert run(c, s) == [Op.HELLO, Op.AUTH] and s.state is State.ESTABLISHED
+    assert s.permissions == {"g0": frozenset({"read"})}
+    assert allowed(s.permissions, "g0", "read") and not allowed(s.permissions, "g0", "append")
+    assert not allowed(s.permissions, "g1", "read") and allowed(None, "g1", "admin")
+    assert allowed({"*": frozenset({"admin"})}, "any", "admin")
+    full = ServerHandshake("c1", "n0", "cluster", tokens=TOKENS, nonce=lambda: NONCE)
+    run(ClientHandshake("c1", "client", "cluster"), full)  # the cluster's secret: every permission
+    assert full.state is State.ESTABLISHED and full.permissions is None
+
+
+@pytest.mark.parametrize("node_id, proof_key", [
+    ("client:reader", "o-secret"),  # another token's secret
+    ("client:nobody", "r-secret"),  # an unknown token
+    ("client:nobody", None),  # an unknown token and an empty proof: never a match
+    ("client", "r-secret"),  # a token's secret offered as the cluster's
+])
+def test_token_refusals(node_id, proof_key):
+    s = ServerHandshake("c1", "n0", "cluster", tokens=TOKENS, nonce=lambda: NONCE)
+    assert s.receive(Op.HELLO, schemas.HELLO_REQUEST.encode(1, "c1", node_id)).close is False
+    p = proof(proof_key, NONCE, "c1", node_id) if proof_key else b""
+    reply = s.receive(Op.AUTH, schemas.AUTH_REQUEST.encode(p))
+    assert reply.close and s.state is State.FAILED and "authentication failed" in reply.reason
+    assert s.permissions is None

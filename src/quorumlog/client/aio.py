@@ -26,6 +26,7 @@ from ..net.bodies import FieldType, Schema, decode_response
 from ..net.connection import Connection, connect
 from ..net.errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError, ResponseError
 from ..net.frames import ONEWAY, Frame
+from ..net.hello import CLIENT_ID, token_client_id
 from ..net.ops import Op
 from ..net.schemas import (
     APPEND_BATCH_PRODUCER_REQUEST,
@@ -121,13 +122,17 @@ class AsyncClient:
     """An asyncio client of one group. Use `async with AsyncClient(...) as c:` or call close()."""
 
     def __init__(self, endpoints: str | Sequence[str], group: str = "g0", *, cluster: str = "quorumlog",
-                 secret: str | None = None, request_timeout: float = 5.0, retry_timeout: float = 15.0,
+                 secret: str | None = None, token: str | None = None, request_timeout: float = 5.0,
+                 retry_timeout: float = 15.0,
                  retry_uncertain: bool = True, connect_timeout: float = 2.0, idempotent: bool = True,
                  producer_id: int | None = None, max_in_flight: int = PRODUCER_WINDOW) -> None:
         self.endpoints = parse_endpoints(endpoints)
         self.group = group
         self.cluster = cluster
         self.secret = secret
+        # With a token, `secret` is that token's: the client connects as "client:<token>" and may do what
+        # the nodes' [[token]] table allows it (docs/security.md); without, the cluster's shared secret.
+        self.node_id = CLIENT_ID if token is None else token_client_id(token)
         self.request_timeout = request_timeout
         self.retry_timeout = retry_timeout
         self.retry_uncertain = retry_uncertain
@@ -180,7 +185,8 @@ class AsyncClient:
         if self._closed:
             raise ConnectionClosedError("client is closed")
         host, port = _split(addr)
-        conn = await connect(host, port, cluster=self.cluster, secret=self.secret, handler=self._on_frame,
+        conn = await connect(host, port, cluster=self.cluster, node_id=self.node_id, secret=self.secret,
+                             handler=self._on_frame,
                              timeout=self.connect_timeout, on_close=self._on_close)
         self._conns[addr] = conn
         return conn

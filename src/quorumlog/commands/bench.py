@@ -93,7 +93,7 @@ async def _throughput(args: argparse.Namespace, progress: Any) -> dict[str, Any]
 
     payload = os.urandom(args.size)
     batch = max(1, args.batch)
-    clients = [AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=read_secret(args),
+    clients = [AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=read_secret(args), token=args.token,
                            retry_timeout=args.timeout, idempotent=args.idempotent) for _ in range(args.connections)]
     # The request body is the same every time: encode it once (the client's CPU is not what we measure).
     if batch == 1:
@@ -154,7 +154,7 @@ async def _single(args: argparse.Namespace) -> dict[str, Any]:
 
     payload = os.urandom(args.size)
     lat = []
-    async with AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=read_secret(args),
+    async with AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=read_secret(args), token=args.token,
                            idempotent=args.idempotent) as c:
         await c.append(payload)
         for _ in range(args.single):

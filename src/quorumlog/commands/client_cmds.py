@@ -36,6 +36,8 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--group", default="g0", help="group name (default g0)")
     p.add_argument("--cluster", default="quorumlog", help="cluster name (default quorumlog)")
     add_secret_arg(p)
+    p.add_argument("--token", help="connect with this named token (its secret from --secret-file or "
+                                   "$QUORUMLOG_SECRET) and its permissions")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds to keep retrying across a leader change")
 
 
@@ -96,7 +98,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def _client(args: argparse.Namespace) -> Any:
     from ..client import Client
 
-    return Client(args.endpoints, group=args.group, cluster=args.cluster, secret=read_secret(args),
+    return Client(args.endpoints, group=args.group, cluster=args.cluster, secret=read_secret(args), token=args.token,
                   retry_timeout=args.timeout)
 
 

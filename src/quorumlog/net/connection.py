@@ -31,7 +31,7 @@ from .frames import (
     FrameDecoder,
     FrameWriter,
 )
-from .hello import CLIENT_ID, ClientHandshake, ServerHandshake, State
+from .hello import CLIENT_ID, ClientHandshake, Permissions, ServerHandshake, State
 from .ops import VALID_OPS, Op, op_name
 from .outbox import Outbox
 from .schemas import GOODBYE
@@ -104,6 +104,7 @@ class Connection(asyncio.Protocol):
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._timer: asyncio.TimerHandle | None = None
         self.peer_id: str | None = None
+        self.permissions: Permissions | None = None  # what the other side may do (hello.py); None: all
         self.version: int | None = None
         self.peername: Any = None
 
@@ -514,6 +515,7 @@ class Connection(asyncio.Protocol):
             self.close(f"handshake refused: {reply.reason}")
         elif hs.state is State.ESTABLISHED:
             assert hs.version is not None and hs.peer_id is not None
+            self.permissions = hs.permissions
             self._establish(hs.version, hs.peer_id)
 
     def _establish(self, version: int, peer_id: str) -> None:

@@ -13,6 +13,10 @@ this layout in every protocol version, so peers of different versions can always
 A node connecting to a peer adds `groups`, {group: members_digest} for each group it hosts; the server
 refuses (METADATA_ERROR) when a group both host has another digest on its side: two nodes with
 different member lists count different majorities and must never talk Raft. Clients send no groups.
+
+The proof's key is the cluster's shared secret, which peers and clients with every permission know, or
+a client token's own secret: such a client names itself "client:<token>" and gets that token's
+permissions per group ("read", "append", "admin"; "*" for every group), which the node enforces.
 """
 
 from __future__ import annotations
@@ -33,6 +37,22 @@ from .schemas import AUTH_REQUEST, AUTH_RESPONSE, HELLO_PEER_REQUEST, HELLO_REQU
 
 NONCE_BYTES = 32
 CLIENT_ID = "client"
+TOKEN_PREFIX = "client:"  # a client authenticating with a named token: "client:<name>"
+# What a connection may do: {group or "*": permissions}; None is every permission (a peer, or a client
+# that knows the cluster's secret, or any client of a node without authentication).
+Permissions = Mapping[str, frozenset[str]]
+
+
+def token_client_id(name: str) -> str:
+    """The node id a client authenticating with token `name` sends in HELLO."""
+    return TOKEN_PREFIX + name
+
+
+def allowed(permissions: Permissions | None, group: str, permission: str) -> bool:
+    """Whether a connection with `permissions` may do `permission` ("read", "append", "admin") in `group`."""
+    if permissions is None:
+        return True
+    return permission in permissions.get(group, ()) or permission in permissions.get("*", ())
 # Codes of a refusal (errors.py has no authentication code; these are the closest DLedger ones).
 CODE_BAD_VERSION = ResponseCode.UNSUPPORTED
 CODE_BAD_CLUSTER = ResponseCode.METADATA_ERROR
@@ -102,10 +122,13 @@ class ServerHandshake:
 
     def __init__(self, cluster: str, node_id: str, secret: str | bytes | None = None, *,
                  versions: frozenset[int] = SUPPORTED_VERSIONS, groups: Mapping[str, str] | None = None,
-                 nonce: Callable[[], bytes] = lambda: os.urandom(NONCE_BYTES)) -> None:
+                 nonce: Callable[[], bytes] = lambda: os.urandom(NONCE_BYTES),
+                 tokens: Mapping[str, tuple[str | bytes, Permissions]] | None = None) -> None:
         self.cluster = cluster
         self.node_id = node_id
         self._key = _key(secret)
+        self._tokens = {name: (_key(sec), perms) for name, (sec, perms) in (tokens or {}).items()}
+        self.permissions: Permissions | None = None  # once established: what this connection may do
         self._groups = dict(groups or {})
         self.peer_groups: dict[str, str] | None = None  # what a connecting peer sent; None for a client
         self._versions = versions
@@ -160,7 +183,7 @@ class ServerHandshake:
                 CODE_BAD_CLUSTER, f"wrong cluster {cluster!r}: this node is in {self.cluster!r}")
         if not node_id:
             return self._refuse_hello(CODE_BAD_AUTH, "empty node id")
-        if self._key is None:
+        if self._key is None and not self._tokens:
             reason = self._members_reason()
             if reason is not None:
                 return self._refuse_hello(CODE_BAD_MEMBERS, reason)
@@ -176,10 +199,15 @@ class ServerHandshake:
 
     def _on_auth(self, body: bytes | bytearray | memoryview) -> Reply:
         auth = AUTH_REQUEST.decode(body)
-        assert self._key is not None and self.peer_id is not None
-        expected = proof(self._key, self._nonce, self.cluster, self.peer_id)
-        if not hmac.compare_digest(expected, auth.proof):
-            return self._refuse(Op.AUTH, CODE_BAD_AUTH, "authentication failed: wrong shared secret")
+        assert self.peer_id is not None
+        key, permissions = self._key, None
+        if self.peer_id.startswith(TOKEN_PREFIX) and self.peer_groups is None:
+            key, permissions = self._tokens.get(self.peer_id[len(TOKEN_PREFIX):], (None, None))
+        # An unknown token fails as a wrong secret does: the refusal does not tell which tokens exist.
+        if key is None or not hmac.compare_digest(proof(key, self._nonce, self.cluster, self.peer_id), auth.proof):
+            what = "token" if self.peer_id.startswith(TOKEN_PREFIX) else "shared secret"
+            return self._refuse(Op.AUTH, CODE_BAD_AUTH, f"authentication failed: wrong {what}")
+        self.permissions = permissions
         # Compared only now: an unauthenticated stranger learns nothing of this node's groups.
         reason = self._members_reason()
         if reason is not None:

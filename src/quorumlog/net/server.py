@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from ..errors import ResponseCode
 from .connection import Connection, Handler
 from .frames import DEFAULT_MAX_FRAME_BYTES, SUPPORTED_VERSIONS
-from .hello import CLIENT_ID, ServerHandshake
+from .hello import CLIENT_ID, Permissions, ServerHandshake
 from .outbox import Outbox
 
 log = logging.getLogger("quorumlog.net")
@@ -102,7 +102,8 @@ async def serve(host: str, port: int, handler: Handler, *, cluster: str, node_id
                 on_established: Callable[[Connection], None] | None = None,
                 on_close: Callable[[Connection], None] | None = None, backlog: int = 1024,
                 outbox: Outbox | None = None, after_frames: Callable[[], None] | None = None,
-                max_connections: int | None = None, max_output_bytes: int = 32 * 1024 * 1024) -> Server:
+                max_connections: int | None = None, max_output_bytes: int = 32 * 1024 * 1024,
+                tokens: Mapping[str, tuple[str | bytes, Permissions]] | None = None) -> Server:
     """Listen on host:port; each connection must pass HELLO (and AUTH when `secret` is set).
 
     `groups` ({group: members digest}) are this node's; a peer whose HELLO gives another digest for a
@@ -142,7 +143,7 @@ async def serve(host: str, port: int, handler: Handler, *, cluster: str, node_id
     def factory() -> Connection:
         conn = Connection(handler=handler, max_frame_bytes=max_frame_bytes,
                           server_handshake=ServerHandshake(cluster, node_id, secret, versions=versions,
-                                                           groups=groups),
+                                                           groups=groups, tokens=tokens),
                           hello_timeout=hello_timeout, max_inflight=max_inflight,
                           max_output_bytes=max_output_bytes, limits=limits,
                           on_made=made, on_established=established, on_close=closed,

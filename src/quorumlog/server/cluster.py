@@ -38,6 +38,10 @@ def _toml_value(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, int | float):
         return repr(v)
+    if isinstance(v, list | tuple | set | frozenset):
+        return "[" + ", ".join(_toml_value(x) for x in (sorted(v) if isinstance(v, set | frozenset) else v)) + "]"
+    if isinstance(v, Mapping):
+        return "{ " + ", ".join(f"{_toml_value(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
     return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
@@ -83,6 +87,7 @@ class LocalCluster:
     replication: str = "raft"
     ha: Mapping[str, Any] = field(default_factory=dict)
     node: Mapping[str, Any] = field(default_factory=dict)  # more top-level node settings (limits)
+    tokens: list[Mapping[str, Any]] = field(default_factory=list)  # [[token]] tables: name, secret, permissions
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -125,6 +130,9 @@ class LocalCluster:
                 if self.replication != "raft":
                     lines += [f"replication = {_toml_value(self.replication)}", 'primary = "n0"']
                     lines += [f"{k} = {_toml_value(v)}" for k, v in self.ha.items()]
+            for t in self.tokens:
+                lines.append("[[token]]")
+                lines += [f"{k} = {_toml_value(v)}" for k, v in t.items()]
             if self.replication != "raft" and "controller" in self.ha:
                 lines += ["[[group]]", f"name = {_toml_value(self.ha['controller'])}", f"peers = {_toml_value(peers)}"]
             node.config_path.write_text("\n".join(lines) + "\n")

@@ -24,6 +24,7 @@ from ..net.bodies import unpack
 from ..net.connection import Connection
 from ..net.errors import ProtocolError
 from ..net.frames import ONEWAY, REQUEST, Frame
+from ..net.hello import allowed
 from ..net.ops import Op, op_name
 from ..net.outbox import Outbox
 from ..net.schemas import (
@@ -64,6 +65,10 @@ SHUTDOWN_DRAIN_S = 1.0
 
 # A READ answer's frame header and fields besides the entries: [code, entries, next, committed].
 READ_ANSWER_OVERHEAD = 64
+
+
+class PermissionDeniedError(QuorumLogError):
+    code = ResponseCode.PERMISSION_DENIED
 
 
 class UnknownGroupError(QuorumLogError):
@@ -144,7 +149,8 @@ class NodeServer:
                                       outbox=self.outbox, after_frames=self._after_frames,
                                       max_connections=self.cfg.max_connections,
                                       max_inflight=self.cfg.max_requests_per_connection,
-                                      max_output_bytes=self.cfg.max_output_bytes_per_connection)
+                                      max_output_bytes=self.cfg.max_output_bytes_per_connection,
+                                      tokens={t.name: (t.secret, t.permissions) for t in self.cfg.tokens})
         except OSError as e:
             await self._close_groups()
             raise StartupError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
@@ -310,7 +316,12 @@ class NodeServer:
     def _on_close(self, conn: Connection) -> None:
         self.tails.drop_connection(conn)
 
-    def _group(self, name: str) -> Group:
+    def _group(self, name: str, conn: Connection | None = None, *needs: str) -> Group:
+        """The hosted group `name`, if `conn` has one of the permissions `needs` in it (hello.allowed)."""
+        perms = conn.permissions if conn is not None else None
+        if perms is not None and not any(allowed(perms, name, n) for n in needs):
+            raise PermissionDeniedError(f"{conn.peer_id if conn else '?'} may not {'/'.join(needs)} in group "
+                                        f"{name!r} (node {self.node_id}): nothing was done")
         g = self.groups.get(name)
         if g is None:
             raise UnknownGroupError(f"group {name!r} is not hosted by node {self.node_id}")
@@ -330,7 +341,7 @@ class NodeServer:
             return None
         if op == Op.READ:
             r = READ_REQUEST.decode(f.body)
-            g = self._group(r.group)
+            g = self._group(r.group, conn, "read")
             max_bytes = r.max_bytes
             if max_bytes > self._read_limit:  # an answer must fit in one frame: read no more than that
                 max_bytes = self._read_limit
@@ -346,7 +357,7 @@ class NodeServer:
             return READ_RESPONSE.ok(data, nxt, committed)
         if op == Op.GET:
             r = GET_REQUEST.decode(f.body)
-            g = self._group(r.group)
+            g = self._group(r.group, conn, "read")
             try:
                 data = get_committed(g.store, r.index)
             except CorruptEntryError as e:
@@ -357,12 +368,12 @@ class NodeServer:
             return GET_RESPONSE.ok(data)
         if op == Op.METADATA:
             r = METADATA_REQUEST.decode(f.body)
-            g = self._group(r.group)
+            g = self._group(r.group, conn, "read", "append", "admin")
             leader, term = g.metadata()
             return METADATA_RESPONSE.ok(g.name, leader, term, g.peers)
         if op == Op.TAIL:
             r = TAIL_REQUEST.decode(f.body)
-            g = self._group(r.group)
+            g = self._group(r.group, conn, "read")
             if r.from_index < g.store.begin_index:
                 from .reads import IndexBelowBeginError
 
@@ -377,13 +388,15 @@ class NodeServer:
             return UNTAIL_RESPONSE.ok()
         if op == Op.STATUS:
             r = STATUS_REQUEST.decode(f.body)
+            for name in [r.group] if r.group is not None else list(self.groups):
+                self._group(name, conn, "admin")
             return STATUS_RESPONSE.ok(self.status(r.group))
         if op == Op.PROMOTE:
             r = PROMOTE_REQUEST.decode(f.body)
-            return self._promote(conn, f, self._group(r.group), r.target, r.epoch, r.force)
+            return self._promote(conn, f, self._group(r.group, conn, "admin"), r.target, r.epoch, r.force)
         if op == Op.LEADERSHIP_TRANSFER:
             r = LEADERSHIP_TRANSFER_REQUEST.decode(f.body)
-            g = self._group(r.group)
+            g = self._group(r.group, conn, "admin")
             g.transfer(conn, f, r.target)
             return None
         raise QuorumLogError(f"{op_name(op)} is not served by a node", ResponseCode.UNSUPPORTED)
@@ -401,7 +414,7 @@ class NodeServer:
             raise ProtocolError(f"{name}: expected [group: str, {'body: bytes' if single else 'bodies: list[bytes]'}"
                                 "] or with [producer: 0..2^63-1, seq: >= 0 (or -1 without a producer), "
                                 "expected_end: >= -1 (or -2: none)] after them")
-        g = self._group(values[0])
+        g = self._group(values[0], conn, "append")
         bodies = [values[1]] if single else list(values[1])
         limit = g.cfg.store.max_body_bytes
         if not bodies:
