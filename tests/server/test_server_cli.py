@@ -140,9 +140,21 @@ def test_local_cluster_starts_and_stops_cleanly(tmp_path: Path) -> None:
         eps = lines[-1].split(":", 1)[1].strip()
         if "port" in "".join(lines) and "not free" in "".join(lines):
             pytest.skip("the port range was taken")
+        # Authentication is on: a secret only this user reads, and the line telling clients where it is.
+        secret_file = tmp_path / "secret"
+        assert secret_file.stat().st_mode & 0o077 == 0
+        extra = proc.stdout.readline() + proc.stdout.readline()
+        assert f"export QUORUMLOG_SECRET_FILE={secret_file}" in extra, extra
+        secret = secret_file.read_text().strip()
         for group in ("g0", "g1"):
-            with Client(eps, group=group, retry_timeout=60) as c:
+            with Client(eps, group=group, secret=secret, retry_timeout=60) as c:
                 assert c.append(group.encode()).index >= 0
+        env = {**os.environ, "QUORUMLOG_SECRET_FILE": str(secret_file)}  # the README's way
+        r = subprocess.run([*QL, "append", "--endpoints", eps, "--group", "g1", "via-cli"], capture_output=True,
+                           text=True, timeout=60, env=env)
+        assert r.returncode == 0, r.stderr
+        r = ql("append", "--endpoints", eps, "--timeout", "3", "no-secret")
+        assert r.returncode != 0 and "secret" in r.stderr, r.stderr
         os.killpg(proc.pid, signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
         assert proc.returncode == 0

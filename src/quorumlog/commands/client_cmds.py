@@ -18,15 +18,18 @@ DEFAULT_ENDPOINTS = "127.0.0.1:9000,127.0.0.1:9001,127.0.0.1:9002"
 def add_secret_arg(p: argparse.ArgumentParser) -> None:
     """--secret-file: the shared secret is read from a file or $QUORUMLOG_SECRET, never from the command
     line, where any user of the machine sees it in `ps`."""
-    p.add_argument("--secret-file", help="file holding the shared secret (default: $QUORUMLOG_SECRET, if set)")
+    p.add_argument("--secret-file", help="file holding the shared secret (default: $QUORUMLOG_SECRET_FILE, else "
+                                         "the secret in $QUORUMLOG_SECRET, if set)")
 
 
 def read_secret(args: argparse.Namespace) -> str | None:
-    """The secret from --secret-file, else $QUORUMLOG_SECRET, else None (ConfigError if unreadable)."""
+    """The secret from --secret-file, else the file $QUORUMLOG_SECRET_FILE names, else $QUORUMLOG_SECRET,
+    else None (ConfigError if a named file is unreadable)."""
     from ..config import read_secret_file
 
-    if args.secret_file:
-        return read_secret_file(args.secret_file)
+    path = args.secret_file or os.environ.get("QUORUMLOG_SECRET_FILE")
+    if path:
+        return read_secret_file(path)
     return os.environ.get("QUORUMLOG_SECRET") or None
 
 

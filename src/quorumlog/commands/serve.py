@@ -39,6 +39,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--segment-mb", type=int, default=64,
                    help="data segment size in MiB (default 64: a laptop-sized cluster; nodes default to 1024)")
     add_secret_arg(p)
+    p.add_argument("--no-auth", dest="auth", action="store_false",
+                   help="no shared secret (by default one is made and kept in DATA_DIR/secret)")
     p.add_argument("--log-level", default="WARNING", help="log level of the nodes (default WARNING)")
     p.add_argument("--replication", choices=("raft", "primary-backup"), default="raft",
                    help="raft (default), or primary-backup with n0 the first primary (docs/replication.md)")
@@ -65,4 +67,5 @@ def _local_cluster(args: argparse.Namespace) -> int:
     return run_local_cluster(nodes=args.nodes, groups=args.groups, data_dir=args.data_dir,
                              base_port=args.base_port, flush=args.flush, secret=read_secret(args),
                              log_level=args.log_level, segment_mb=args.segment_mb, replication=args.replication,
+                             auth=args.auth,
                              ha={"ack": args.ack, **({"controller": "ctl"} if args.controller else {})})

@@ -8,6 +8,8 @@ the cluster prints. Nothing is restarted automatically: a node that dies stays d
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -111,14 +113,24 @@ class LocalCluster:
     def endpoints(self) -> str:
         return ",".join(n.address for n in self.nodes)
 
+    @property
+    def secret_path(self) -> Path:
+        """The file holding the cluster's shared secret (when it has one): clients pass it as --secret-file."""
+        return self.root / "secret"
+
     def write_configs(self) -> None:
         peers = ",".join(f"{n.node_id}={n.address}" for n in self.nodes)
+        if self.secret:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.secret_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(self.secret + "\n")
         for node in self.nodes:
             node.data_dir.mkdir(parents=True, exist_ok=True)
             lines = [f"id = {_toml_value(node.node_id)}", f"data_dir = {_toml_value(str(node.data_dir))}",
                      f"listen = {_toml_value(node.address)}", f"admin_listen = \"127.0.0.1:{node.admin_port}\""]
-            if self.secret:
-                lines.append(f"secret = {_toml_value(self.secret)}")
+            if self.secret:  # in a file only this user reads, named by the config
+                lines.append(f"secret_file = {_toml_value(str(self.secret_path))}")
             lines += [f"{k} = {_toml_value(v)}" for k, v in self.node.items()]
             lines.append("[raft]")
             lines += [f"{k} = {_toml_value(v)}" for k, v in self.raft.items()]
@@ -196,11 +208,16 @@ class LocalCluster:
 
 def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int, flush: str = "sync",
                       secret: str | None = None, log_level: str = "WARNING", segment_mb: int = 64,
-                      replication: str = "raft", ha: Mapping[str, Any] | None = None) -> int:
-    """Start the cluster, print where it is, wait for Ctrl-C/SIGTERM, stop every node."""
+                      replication: str = "raft", ha: Mapping[str, Any] | None = None, auth: bool = True) -> int:
+    """Start the cluster, print where it is, wait for Ctrl-C/SIGTERM, stop every node.
+
+    Authentication is on unless `auth` is False: without a `secret`, a random one is made for the cluster
+    and kept in DATA_DIR/secret (readable by this user only), which clients pass as --secret-file."""
     from rich.console import Console
 
     console = Console()
+    if auth and not secret:
+        secret = secrets.token_urlsafe(24)
     # Index segments sized to hold as many entries as a data segment of ~200-byte entries would.
     store = {"data_segment_bytes": segment_mb << 20, "index_segment_bytes": 32 * max(1, (segment_mb << 20) // 200)}
     cluster = LocalCluster(Path(data_dir), nodes, groups, base_port, flush, secret, log_level, store=store,
@@ -230,6 +247,11 @@ def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int,
             console.print(f"  {node.node_id}  {node.address}  admin {node.admin_url}/status  "
                           f"pid {node.proc.pid if node.proc else '-'}  log {node.log_path}")
         console.print(f"endpoints: {cluster.endpoints}")
+        if cluster.secret:
+            console.print(f"authentication on: clients pass --secret-file {cluster.secret_path}, or run\n"
+                          f"  export QUORUMLOG_SECRET_FILE={cluster.secret_path}", soft_wrap=True)
+        else:
+            console.print("authentication off (--no-auth): any local process may connect")
         console.print("Ctrl-C stops every node.")
         reported: set[str] = set()
         while not stop:
