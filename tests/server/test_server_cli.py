@@ -3,6 +3,7 @@ HTTP endpoints; local-cluster's start and clean stop; errors as one line and a n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -163,6 +164,10 @@ def test_local_cluster_starts_and_stops_cleanly(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+        for line in lines:  # the nodes it started, by pid, in case it was killed before it stopped them
+            if " pid " in line:
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(line.split(" pid ", 1)[1].split()[0]), signal.SIGKILL)
 
 
 @pytest.mark.slow
