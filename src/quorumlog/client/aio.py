@@ -13,6 +13,7 @@ from ..config import MAX_BODY_BYTES
 from ..entry import Entry, check_entry, entry_at
 from ..errors import (
     AppendUncertainError,
+    InvalidArgumentError,
     LeaderUnavailableError,
     NotLeaderError,
     PromoteError,
@@ -337,6 +338,9 @@ class AsyncClient:
     async def _append_call(self, op: Op, bodies: bytes | list[bytes], schema: Schema,
                            expected_end: int | None) -> Any:
         single = op == Op.APPEND
+        if expected_end is not None and expected_end < -1:  # -2 means "no condition" on the wire
+            raise InvalidArgumentError(f"expected_end must be an index or -1 (no client entry yet), not "
+                                       f"{expected_end}")
         end = -2 if expected_end is None else expected_end
         if not self.idempotent:
             if expected_end is None:
