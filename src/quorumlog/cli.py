@@ -77,11 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--entries", type=int, default=200_000, help="how many entries to write (store demo)")
     p.set_defaults(func=_demo)
 
-    from .commands import bench, client_cmds, serve
+    from .commands import bench, certs, client_cmds, serve
 
     serve.add_parsers(sub)
     client_cmds.add_parsers(sub)
     bench.add_parsers(sub)
+    certs.add_parsers(sub)
     return parser
 
 

@@ -217,6 +217,10 @@ class NodeConfig:
     max_output_bytes_per_connection: int = 32 * MiB  # unsent answers before the node stops reading one
     insecure: bool = False  # listen beyond loopback without a secret (refused otherwise)
     tokens: tuple[TokenConfig, ...] = ()  # client credentials with permissions ([[token]] tables)
+    # Mutual TLS (tls.py): this node's certificate and key, and the CA every peer's and client's is signed by.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
 
     def __post_init__(self) -> None:
         if not self.node_id:
@@ -226,6 +230,8 @@ class NodeConfig:
                 raise ConfigError(f"{name} must be positive")
         if self.max_frame_bytes < 64 * 1024:
             raise ConfigError("max_frame_bytes must be at least 64 KiB")
+        if len({self.tls_cert is None, self.tls_key is None, self.tls_ca is None}) > 1:
+            raise ConfigError("TLS needs all of tls_cert, tls_key and tls_ca")
         if self.tokens and not self.secret:
             raise ConfigError("client tokens need the cluster's shared secret too: peers authenticate with it")
         by_name = {g.name: g for g in self.groups}

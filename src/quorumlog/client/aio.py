@@ -7,6 +7,7 @@ import contextlib
 import random
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from ssl import SSLContext
 from typing import Any, TypeVar
 
 from ..config import MAX_BODY_BYTES
@@ -123,7 +124,8 @@ class AsyncClient:
     """An asyncio client of one group. Use `async with AsyncClient(...) as c:` or call close()."""
 
     def __init__(self, endpoints: str | Sequence[str], group: str = "g0", *, cluster: str = "quorumlog",
-                 secret: str | None = None, token: str | None = None, request_timeout: float = 5.0,
+                 secret: str | None = None, token: str | None = None, tls: SSLContext | None = None,
+                 request_timeout: float = 5.0,
                  retry_timeout: float = 15.0,
                  retry_uncertain: bool = True, connect_timeout: float = 2.0, idempotent: bool = True,
                  producer_id: int | None = None, max_in_flight: int = PRODUCER_WINDOW) -> None:
@@ -134,6 +136,7 @@ class AsyncClient:
         # With a token, `secret` is that token's: the client connects as "client:<token>" and may do what
         # the nodes' [[token]] table allows it (docs/security.md); without, the cluster's shared secret.
         self.node_id = CLIENT_ID if token is None else token_client_id(token)
+        self.tls = tls  # nodes with mutual TLS: tls.client_context(ca, cert, key)
         self.request_timeout = request_timeout
         self.retry_timeout = retry_timeout
         self.retry_uncertain = retry_uncertain
@@ -187,7 +190,7 @@ class AsyncClient:
             raise ConnectionClosedError("client is closed")
         host, port = _split(addr)
         conn = await connect(host, port, cluster=self.cluster, node_id=self.node_id, secret=self.secret,
-                             handler=self._on_frame,
+                             handler=self._on_frame, ssl=self.tls,
                              timeout=self.connect_timeout, on_close=self._on_close)
         self._conns[addr] = conn
         return conn

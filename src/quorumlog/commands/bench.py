@@ -22,7 +22,7 @@ from typing import Any
 
 import msgpack
 
-from .client_cmds import add_connection_args, read_secret
+from .client_cmds import add_connection_args, read_secret, tls_context
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -93,7 +93,8 @@ async def _throughput(args: argparse.Namespace, progress: Any) -> dict[str, Any]
 
     payload = os.urandom(args.size)
     batch = max(1, args.batch)
-    clients = [AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=read_secret(args), token=args.token,
+    clients = [AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=read_secret(args),
+                           token=args.token, tls=tls_context(args),
                            retry_timeout=args.timeout, idempotent=args.idempotent) for _ in range(args.connections)]
     # The request body is the same every time: encode it once (the client's CPU is not what we measure).
     if batch == 1:
@@ -154,7 +155,8 @@ async def _single(args: argparse.Namespace) -> dict[str, Any]:
 
     payload = os.urandom(args.size)
     lat = []
-    async with AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=read_secret(args), token=args.token,
+    async with AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=read_secret(args),
+                           token=args.token, tls=tls_context(args),
                            idempotent=args.idempotent) as c:
         await c.append(payload)
         for _ in range(args.single):

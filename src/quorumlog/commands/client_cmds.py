@@ -33,6 +33,15 @@ def read_secret(args: argparse.Namespace) -> str | None:
     return os.environ.get("QUORUMLOG_SECRET") or None
 
 
+def tls_context(args: argparse.Namespace) -> Any:
+    """The client's SSL context from --tls-ca/--tls-cert/--tls-key, or None."""
+    if not args.tls_ca:
+        return None
+    from ..tls import client_context
+
+    return client_context(args.tls_ca, args.tls_cert, args.tls_key)
+
+
 def add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoints", default=os.environ.get("QUORUMLOG_ENDPOINTS", DEFAULT_ENDPOINTS),
                    help="host:port,... of any nodes (default $QUORUMLOG_ENDPOINTS or 127.0.0.1:9000-9002)")
@@ -41,6 +50,9 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
     add_secret_arg(p)
     p.add_argument("--token", help="connect with this named token (its secret from --secret-file or "
                                    "$QUORUMLOG_SECRET) and its permissions")
+    p.add_argument("--tls-ca", help="nodes with mutual TLS: the CA certificate (with --tls-cert and --tls-key)")
+    p.add_argument("--tls-cert", help="this client's certificate (quorumlog certs init)")
+    p.add_argument("--tls-key", help="this client's key")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds to keep retrying across a leader change")
 
 
@@ -101,8 +113,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def _client(args: argparse.Namespace) -> Any:
     from ..client import Client
 
-    return Client(args.endpoints, group=args.group, cluster=args.cluster, secret=read_secret(args), token=args.token,
-                  retry_timeout=args.timeout)
+    return Client(args.endpoints, group=args.group, cluster=args.cluster, secret=read_secret(args),
+                  token=args.token, tls=tls_context(args), retry_timeout=args.timeout)
 
 
 def _stdin_batches(size: int) -> Iterator[list[bytes]]:

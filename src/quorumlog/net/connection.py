@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 from ..errors import QuorumLogError, ResponseCode
+from ..tls import cert_identity
 from .bodies import encode_error
 from .errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError
 from .frames import (
@@ -145,6 +146,8 @@ class Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         self._transport.set_write_buffer_limits(high=self._max_output)
         self.peername = transport.get_extra_info("peername")
+        if self._hs is not None and transport.get_extra_info("sslcontext") is not None:
+            self._hs.identity = cert_identity(transport.get_extra_info("peercert"))
         if self._hs is not None:
             self._timer = self._loop.call_later(self._hello_timeout, self._hello_expired)
         if self._on_made is not None:
@@ -546,10 +549,12 @@ async def connect(host: str, port: int, *, cluster: str, node_id: str = CLIENT_I
                   ssl: ssl_module.SSLContext | None = None, server_hostname: str | None = None,
                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, timeout: float | None = 5.0,
                   max_inflight: int = 4096, on_close: Callable[[Connection], None] | None = None,
-                  groups: Mapping[str, str] | None = None, outbox: Outbox | None = None) -> Connection:
+                  groups: Mapping[str, str] | None = None, outbox: Outbox | None = None,
+                  expect_identity: str | None = None) -> Connection:
     """Open a connection and complete HELLO (and AUTH when the server wants a proof).
 
     A node connecting to a peer passes `groups` ({group: members digest}, see hello.py).
+    With TLS and `expect_identity`, the server's certificate must name that id (tls.py).
     Raises OSError or ConnectionClosedError when the server cannot be reached, HandshakeError when it
     refuses us (wrong version, cluster, secret or member list), RequestTimeoutError when it does not
     answer in time.
@@ -566,9 +571,15 @@ async def connect(host: str, port: int, *, cluster: str, node_id: str = CLIENT_I
         kwargs = {"ssl": ssl, "server_hostname": server_hostname or host}
     try:
         async with asyncio.timeout(timeout):
-            _, conn = await loop.create_connection(factory, host, port, **kwargs)
+            transport, conn = await loop.create_connection(factory, host, port, **kwargs)
     except TimeoutError:
         raise ConnectionClosedError(f"connect to {host}:{port} timed out after {timeout}s") from None
+    if ssl is not None and expect_identity is not None:
+        named = cert_identity(transport.get_extra_info("peercert"))
+        if named != expect_identity:
+            conn.abort("wrong certificate")
+            raise HandshakeError(f"{host}:{port} presented a certificate for {named!r}, not {expect_identity!r}",
+                                 ResponseCode.UNEXPECTED_MEMBER)
     try:
         await conn._client_handshake(hs, timeout)
     except ConnectionClosedError as e:

@@ -37,12 +37,14 @@ class Endpoint:
                  backoff_initial: float = 0.05, backoff_max: float = 2.0,
                  on_connect: Callable[[Connection], None] | None = None,
                  rng: random.Random | None = None, groups: Mapping[str, str] | None = None,
-                 name: str | None = None, outbox: Outbox | None = None) -> None:
+                 name: str | None = None, outbox: Outbox | None = None,
+                 expect_identity: str | None = None) -> None:
         self.host, self.port = host, port
         self.name = f"peer {name} ({host}:{port})" if name else f"endpoint {host}:{port}"
         self._connect_args = dict(cluster=cluster, node_id=node_id, secret=secret, handler=handler, ssl=ssl,
                                   server_hostname=server_hostname, max_frame_bytes=max_frame_bytes,
-                                  timeout=connect_timeout, groups=groups, outbox=outbox)
+                                  timeout=connect_timeout, groups=groups, outbox=outbox,
+                                  expect_identity=expect_identity)
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
         self._on_connect = on_connect
@@ -55,6 +57,10 @@ class Endpoint:
         self.connects = 0  # successful connections so far
         self.refusals = 0  # handshakes the other side refused
         self._logged_refusal = ""  # the last refusal logged at WARNING (until a connection succeeds)
+
+    def use_tls(self, ctx: ssl_module.SSLContext, expect_identity: str | None = None) -> None:
+        """Connect over TLS from now on (before start()); the server's certificate must name `expect_identity`."""
+        self._connect_args.update(ssl=ctx, expect_identity=expect_identity)
 
     def __repr__(self) -> str:
         return f"<Endpoint {self.host}:{self.port} {'up' if self.connected else 'down'}>"

@@ -129,6 +129,7 @@ class ServerHandshake:
         self._key = _key(secret)
         self._tokens = {name: (_key(sec), perms) for name, (sec, perms) in (tokens or {}).items()}
         self.permissions: Permissions | None = None  # once established: what this connection may do
+        self.identity: str | None = None  # the id the peer's TLS certificate names, when it has one (tls.py)
         self._groups = dict(groups or {})
         self.peer_groups: dict[str, str] | None = None  # what a connecting peer sent; None for a client
         self._versions = versions
@@ -183,6 +184,9 @@ class ServerHandshake:
                 CODE_BAD_CLUSTER, f"wrong cluster {cluster!r}: this node is in {self.cluster!r}")
         if not node_id:
             return self._refuse_hello(CODE_BAD_AUTH, "empty node id")
+        if self.identity is not None and node_id != self.identity:
+            return self._refuse_hello(CODE_BAD_AUTH, f"HELLO names {node_id!r} but the TLS certificate names "
+                                                     f"{self.identity!r}")
         if self._key is None and not self._tokens:
             reason = self._members_reason()
             if reason is not None:

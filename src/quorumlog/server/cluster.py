@@ -90,6 +90,7 @@ class LocalCluster:
     ha: Mapping[str, Any] = field(default_factory=dict)
     node: Mapping[str, Any] = field(default_factory=dict)  # more top-level node settings (limits)
     tokens: list[Mapping[str, Any]] = field(default_factory=list)  # [[token]] tables: name, secret, permissions
+    tls_dir: Path | None = None  # mutual TLS with the certificates of `quorumlog certs init` in this directory
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -132,6 +133,11 @@ class LocalCluster:
             if self.secret:  # in a file only this user reads, named by the config
                 lines.append(f"secret_file = {_toml_value(str(self.secret_path))}")
             lines += [f"{k} = {_toml_value(v)}" for k, v in self.node.items()]
+            if self.tls_dir is not None:
+                d = Path(self.tls_dir)
+                lines += [f"tls_cert = {_toml_value(str(d / f'{node.node_id}.pem'))}",
+                          f"tls_key = {_toml_value(str(d / f'{node.node_id}.key'))}",
+                          f"tls_ca = {_toml_value(str(d / 'ca.pem'))}"]
             lines.append("[raft]")
             lines += [f"{k} = {_toml_value(v)}" for k, v in self.raft.items()]
             lines.append("[store]")

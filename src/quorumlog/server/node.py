@@ -133,7 +133,17 @@ class NodeServer:
                 await self._close_groups()
                 raise StartupError(f"cannot open data dir {self.cfg.data_dir}: {e.strerror or e}") from None
         host, port = split_address(self.listen)
-        if self.cfg.secret is None and not is_loopback(host):
+        tls = None
+        if self.cfg.tls_cert is not None:
+            from ..tls import client_context, server_context
+
+            try:
+                tls = server_context(self.cfg.tls_cert, self.cfg.tls_key or "", self.cfg.tls_ca or "")
+                self.links.use_tls(client_context(self.cfg.tls_ca or "", self.cfg.tls_cert, self.cfg.tls_key))
+            except (OSError, ValueError) as e:
+                await self._close_groups()
+                raise StartupError(f"cannot load the TLS certificate, key or CA: {e}") from None
+        if self.cfg.secret is None and tls is None and not is_loopback(host):
             if not self.cfg.insecure:
                 await self._close_groups()
                 raise StartupError(
@@ -143,7 +153,7 @@ class NodeServer:
             log.warning("node %s listens on %s WITHOUT authentication (--insecure): anyone who reaches it can "
                         "join as a peer or write to any group", self.node_id, self.listen)
         try:
-            self.server = await serve(host, port, self._handle, cluster=self.cfg.cluster, node_id=self.node_id,
+            self.server = await serve(host, port, self._handle, cluster=self.cfg.cluster, node_id=self.node_id, ssl=tls,
                                       secret=self.cfg.secret, max_frame_bytes=self.cfg.max_frame_bytes,
                                       groups=self.member_digests, on_close=self._on_close,
                                       outbox=self.outbox, after_frames=self._after_frames,

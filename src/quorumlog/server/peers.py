@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Mapping
+from ssl import SSLContext
 
 from ..net.endpoint import Endpoint
 from ..net.errors import ConnectionClosedError
@@ -52,6 +53,11 @@ class PeerLinks:
                                        max_frame_bytes=max_frame_bytes, connect_timeout=2.0,
                                        backoff_initial=0.02, backoff_max=0.5, groups=dict(groups or {}),
                                        name=pid, outbox=outbox)
+
+    def use_tls(self, ctx: SSLContext) -> None:
+        """Connect to every peer over TLS with this node's certificate; each peer's must name that peer."""
+        for pid, ep in self.links.items():
+            ep.use_tls(ctx, expect_identity=pid)
 
     def start(self) -> None:
         for ep in self.links.values():
