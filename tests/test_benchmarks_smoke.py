@@ -28,3 +28,12 @@ def test_failover_benchmark_runs_one_round() -> None:
                           text=True, timeout=180)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "no acknowledged append lost" in done.stdout
+
+
+def test_spark_benchmark_runs_with_its_arrow_source() -> None:
+    """The Spark benchmark, quorumlog beside its in-process Arrow source (a real cluster and SparkSession)."""
+    pytest.importorskip("pyspark")
+    done = subprocess.run([sys.executable, str(BENCH / "spark_bench.py"), "--quick", "--entries", "3000",
+                           "--repeat", "1"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "in-process Arrow source" in done.stdout and "quorumlog / Arrow" in done.stdout

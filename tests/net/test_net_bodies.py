@@ -24,6 +24,7 @@ from quorumlog.net.bodies import (
     Map,
     Schema,
     decode_response,
+    decode_response_view,
     encode_error,
 )
 from quorumlog.net.errors import ProtocolError, ResponseError
@@ -125,6 +126,38 @@ def test_ops_fit_a_byte_and_map_to_dledger_codes():
         from_dledger_code(1)
 
 
+def _outcome(fn, *args):  # type: ignore[no-untyped-def]
+    try:
+        return fn(*args)
+    except (ProtocolError, ResponseError) as e:
+        return type(e), str(e)
+
+
+@settings(max_examples=300, deadline=None)
+@given(entries=st.binary(max_size=70_000), nxt=st.integers(-3, 2**64 - 1), committed=st.integers(-3, 2**63),
+       code=st.sampled_from([int(ResponseCode.SUCCESS), 404]), cut=st.integers(0, 12), extra=st.booleans())
+def test_read_answers_decode_as_views_with_the_generic_outcome(entries, nxt, committed, code, cut, extra):
+    """decode_response_view gives what decode_response gives (the same record, or the same error), the
+    entries as a view of the body (no copy), whatever the answer: valid, an error, cut short, too long."""
+    body = msgpack.packb([code, entries, nxt, committed] + ([1] if extra else []))
+    body = memoryview(body[:len(body) - cut] if cut < len(body) else body)
+    got, want = _outcome(decode_response_view, schemas.READ_RESPONSE, body), \
+        _outcome(decode_response, schemas.READ_RESPONSE, body)
+    if isinstance(want, tuple) and isinstance(want[0], type):
+        assert isinstance(got, tuple) and got[0] is want[0]
+    else:
+        assert isinstance(got.entries, memoryview) and got.entries.obj is body.obj
+        assert got._replace(entries=bytes(got.entries)) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64))
+def test_random_bytes_never_escape_decode_response_view(raw):
+    for schema in (schemas.READ_RESPONSE, schemas.GET_RESPONSE, schemas.APPEND_RESPONSE):
+        with contextlib.suppress(ProtocolError, ResponseError):
+            decode_response_view(schema, memoryview(raw))
+
+
 def test_ok_packs_a_success_answer_its_schema_decodes():
     body = schemas.APPEND_BATCH_RESPONSE.ok(7, 2, [4096, 4200])
     r = decode_response(schemas.APPEND_BATCH_RESPONSE, body)
@@ -134,3 +167,13 @@ def test_ok_packs_a_success_answer_its_schema_decodes():
     assert decode_response(schemas.UNTAIL_RESPONSE, schemas.UNTAIL_RESPONSE.ok()).code == ResponseCode.SUCCESS
     with pytest.raises(ValueError, match="3 fields after the code, got 2"):
         schemas.APPEND_RESPONSE.ok(7, 2)
+
+
+@settings(max_examples=50, deadline=None)
+@given(size=st.sampled_from([0, 1, 255, 65535, 65536, 70_001, 1 << 20]), kind=st.sampled_from([bytes, bytearray,
+                                                                                            memoryview]))
+def test_ok_answers_pack_large_bytes_to_the_same_bytes(size, kind):
+    """Schema.ok joins a large bytes field in instead of packing it through msgpack: the bytes are the same."""
+    data = kind(bytes(range(256)) * (size // 256) + bytes(size % 256))
+    assert schemas.READ_RESPONSE.ok(data, 7, 2**40) == msgpack.packb((int(ResponseCode.SUCCESS), bytes(data), 7, 2**40))
+    assert schemas.GET_RESPONSE.ok(data) == msgpack.packb((int(ResponseCode.SUCCESS), bytes(data)))

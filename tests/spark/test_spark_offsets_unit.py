@@ -1,4 +1,5 @@
-"""The pure offset maths: parsing, range splitting, rate limits (plain unit tests and properties)."""
+"""The pure offset maths: parsing, range splitting, rate limits, partition planning (plain unit tests and
+properties)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from quorumlog.spark.offsets import (
     EARLIEST,
     LATEST,
     available,
+    even_split,
     min_trigger_ready,
     ordered,
     parse_offsets_spec,
@@ -19,6 +21,8 @@ from quorumlog.spark.offsets import (
     split_range,
 )
 from quorumlog.spark.options import OptionError, parse_sink_options, parse_source_options
+from quorumlog.spark.reader import MIN_DEFAULT_PIECE, make_partitions
+from quorumlog.spark.view import GroupView, Replica
 
 
 def test_parse_specs() -> None:
@@ -132,3 +136,40 @@ def test_source_options() -> None:
     assert s.group == "g0" and s.max_batch_entries == 10
     with pytest.raises(OptionError, match="maxInFlight"):
         parse_sink_options({**base, "maxInFlight": "0"})
+
+
+@given(st.integers(0, 10_000), st.integers(0, 10_000), st.integers(1, 50))
+def test_even_split(start: int, n: int, pieces: int) -> None:
+    parts = even_split(start, start + n, pieces)
+    assert [i for a, b in parts for i in range(a, b)] == list(range(start, start + n))
+    assert len(parts) == min(pieces, n) and all(b > a for a, b in parts)
+    if parts:
+        sizes = [b - a for a, b in parts]
+        assert max(sizes) - min(sizes) <= 1
+
+
+def _view(name: str, committed: tuple[int, ...], leader: int = 0) -> GroupView:
+    return GroupView(name, tuple(Replica(f"n{i}", f"h:{i}", 0, c, i == leader) for i, c in enumerate(committed)))
+
+
+def test_batch_partitions_default_to_replicas_times_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without partitioning options a batch query cuts each group into equal pieces, one per replica
+    that has committed it (readFrom=any) per core; consecutive pieces go to different replicas."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    view = {"g0": _view("g0", (600_000, 600_000, 600_000)), "g1": _view("g1", (600_000, 600_000, 10), leader=1)}
+    any_ = parse_source_options({"endpoints": "h:0", "readFrom": "any"})
+    parts = make_partitions(any_, view, {"g0": 0, "g1": 0}, {"g0": 600_001, "g1": 600_001}, by_replicas=True)
+    by_group = {g: [p.task for p in parts if p.task.group == g] for g in view}
+    assert len(by_group["g0"]) == 6 and len(by_group["g1"]) == 4  # n2 of g1 has not committed the range
+    assert {t.end - t.start for t in by_group["g0"]} == {100_000, 100_001}
+    firsts = [p.task.nodes[0] for p in parts]
+    assert all(a != b for a, b in zip(firsts, firsts[1:], strict=False))
+    assert "h:2" not in {t.nodes[0] for t in by_group["g1"]}
+    # The leader alone: one piece per core; a small range stays whole; options and streams as before.
+    leader = parse_source_options({"endpoints": "h:0"})
+    parts = make_partitions(leader, view, {"g0": 0}, {"g0": 600_001}, by_replicas=True)
+    assert [p.task.nodes[0] for p in parts] == ["h:0", "h:0"]
+    assert len(make_partitions(any_, view, {"g0": 0}, {"g0": MIN_DEFAULT_PIECE}, by_replicas=True)) == 1
+    assert len(make_partitions(any_, view, {"g0": 0}, {"g0": 600_001})) == 1
+    sized = parse_source_options({"endpoints": "h:0", "readFrom": "any", "maxEntriesPerPartition": "250000"})
+    assert len(make_partitions(sized, view, {"g0": 0}, {"g0": 600_001}, by_replicas=True)) == 3

@@ -11,7 +11,16 @@ from typing import Any
 import pytest
 from store_helpers import MAX_BODY, SEG, StoreFactory, body, fill, log_of, reopen_same, small_config, state_of
 
-from quorumlog.entry import BLANK_SIZE, HEADER_SIZE, MAGIC_CONFIG, MAGIC_NOOP, MAGIC_NORMAL, decode_entries
+from quorumlog.entry import (
+    BLANK_SIZE,
+    HEADER_SIZE,
+    MAGIC_CONFIG,
+    MAGIC_NOOP,
+    MAGIC_NORMAL,
+    check_entry,
+    decode_entries,
+    entry_at,
+)
 from quorumlog.errors import CorruptEntryError, IndexOutOfRangeError, InvalidArgumentError, StoreError
 from quorumlog.store import MemoryStore, place
 
@@ -145,6 +154,34 @@ def test_read_raw_spans_segments_without_blanks(factory: StoreFactory) -> None:
     es = decode_entries(raw, MAX_BODY, 0)  # contiguous entries, chain intact, no blank inside
     assert [e.index for e in es] == list(range(12))
     assert [e.pos for e in es] == [e.pos for e in s.read(0, 100, 1 << 30)]
+
+
+def test_read_raw_parts_are_read_raw_without_the_control_entries(factory: StoreFactory) -> None:
+    """The parts join to read_raw's bytes; without `control`, NOOP/CONFIG entries are left out of them but
+    still counted, so the count says where the next read starts."""
+    s = factory.open()
+    s.append([b""], 1, MAGIC_NOOP)
+    fill(s, 6, size=MAX_BODY - 100, batch=3)  # a segment roll among them
+    s.append([b"cfg"], 1, MAGIC_CONFIG)
+    s.append([b"a", b"b"], 1)
+    s.append([b""], 2, MAGIC_NOOP)
+    last = s.end_index
+    raw, n = s.read_raw(0, 100, 1 << 30)
+    parts, m = s.read_raw_parts(0, 100, 1 << 30)
+    assert (b"".join(parts), m) == (raw, n) and n == last + 1
+    parts, m = s.read_raw_parts(0, 100, 1 << 30, control=False)
+    assert m == n
+    joined, off, got = b"".join(parts), 0, []
+    while off < len(joined):  # entry by entry, as a client checks them (no chain across a gap)
+        h = check_entry(joined, off, None, MAX_BODY)
+        got.append(entry_at(joined, off, h))
+        off += h[1]
+    assert got == s.read(0, 100, 1 << 30, include_control=False)
+    assert s.read_raw_parts(last, 5, 1, control=False) == ([], 1)  # only a NOOP: nothing, one index walked
+    assert s.read_raw_parts(last + 1, 5, 1, control=False) == ([], 0)
+    for start in range(last + 1):  # max_bytes counts whole entries, control ones too, at least one
+        parts, m = s.read_raw_parts(start, 3, 1, control=False)
+        assert m == 1 and b"".join(parts) == (b"" if s.get(start).is_control else s.read_raw(start, 1, 1)[0])
 
 
 def test_end_pos_is_where_each_entry_ends_across_segment_rolls(factory: StoreFactory) -> None:

@@ -153,13 +153,15 @@ def test_mark_damaged_also_cuts_corrupt_entries_before_it(tmp_path: Path) -> Non
 
 
 # -- the index of the entry a read error names ---------------------------------------------------------
-def test_read_errors_name_the_entry(tmp_path: Path) -> None:
+@pytest.mark.parametrize("at", [HEADER_SIZE, 23])  # a body byte; a byte of the term (the chain CRC's)
+def test_read_errors_name_the_entry(tmp_path: Path, at: int) -> None:
     d = tmp_path / "s"
     log = closed_store(d, committed=25)
-    poke(d, log[3][2] + HEADER_SIZE, b"\x00")
+    poke(d, log[3][2] + at, b"\x00" if at == HEADER_SIZE else b"\x09")
     s = FileStore(d, CFG)
     try:
-        for read in (lambda: s.get(3), lambda: s.read(0, 100, 1 << 20), lambda: s.read_raw(2, 5, 1 << 20)):
+        for read in (lambda: s.get(3), lambda: s.read(0, 100, 1 << 20), lambda: s.read_raw(2, 5, 1 << 20),
+                     lambda: s.read_raw_parts(2, 5, 1 << 20, control=False)):
             with pytest.raises(CorruptEntryError) as info:
                 read()
             assert info.value.index == 3

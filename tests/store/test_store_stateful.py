@@ -33,6 +33,7 @@ from quorumlog.entry import HEADER_SIZE, MAGIC_CONFIG, MAGIC_NOOP, MAGIC_NORMAL
 from quorumlog.errors import InvalidArgumentError, StoreError
 from quorumlog.store import MemoryStore, place
 from quorumlog.store.file_store import FileStore
+from quorumlog.store.reader import drop_control
 
 CFG = small_config(data_segment_bytes=16 * 1024, index_segment_bytes=32 * 16, max_body_bytes=4096)
 ALL = (1 << 30, 1 << 40)
@@ -216,7 +217,11 @@ class StoreMachine(RuleBasedStateMachine):
         nbytes = data.draw(st.integers(0, 20000))
         assert self.mem.read(start, count, nbytes, include_control) == \
             self.fs.read(start, count, nbytes, include_control)
-        assert self.mem.read_raw(start, count, nbytes) == self.fs.read_raw(start, count, nbytes)
+        raw, n = self.fs.read_raw(start, count, nbytes)
+        assert self.mem.read_raw(start, count, nbytes) == (raw, n)
+        for store in (self.mem, self.fs):
+            parts, m = store.read_raw_parts(start, count, nbytes, include_control)
+            assert (b"".join(parts), m) == (raw if include_control else drop_control(raw), n)
         assert self.mem.get(start) == self.fs.get(start)
 
     # -- checks ----------------------------------------------------------------------------------

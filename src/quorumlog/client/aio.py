@@ -24,7 +24,7 @@ from ..errors import (
     error_for,
 )
 from ..ha.epochs import promotion_epoch
-from ..net.bodies import FieldType, Schema, decode_response
+from ..net.bodies import FieldType, Schema, decode_response, decode_response_view
 from ..net.connection import Connection, connect
 from ..net.errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError, ResponseError
 from ..net.frames import ONEWAY, Frame
@@ -423,14 +423,22 @@ class AsyncClient:
         """One READ answered as the wire carries it: (encoded entries back to back, the next index to ask
         for, the responder's committed index). For bulk readers that decode a whole answer at once (the
         caller checks CRCs). `node` ("host:port") asks that node only; otherwise as read_batch."""
-        body = READ_REQUEST.encode(self.group, start, max_entries, max_bytes, False)
-        if node is None:
-            r = await self._any_call(Op.READ, body, READ_RESPONSE)
-        else:
-            try:
-                r = await self._call(node, Op.READ, body, READ_RESPONSE)
-            except ResponseError as e:
-                raise error_for(e.code, e.reason, e.leader) from None
+        if node is not None:
+            data, nxt, committed = await self.read_view(start, max_entries, max_bytes, node)
+            return bytes(data), nxt, committed
+        r = await self._any_call(Op.READ, READ_REQUEST.encode(self.group, start, max_entries, max_bytes, False),
+                                 READ_RESPONSE)
+        return r.entries, r.next_index, r.committed_index
+
+    async def read_view(self, start: int, max_entries: int, max_bytes: int, node: str) -> tuple[memoryview, int, int]:
+        """read_raw from `node`, the entries a view of the answer's frame, not a copy (spark.fetch)."""
+        conn = await self._conn(node)
+        f = await conn.request(Op.READ, READ_REQUEST.encode(self.group, start, max_entries, max_bytes, False),
+                               timeout=self.request_timeout)
+        try:
+            r = decode_response_view(READ_RESPONSE, f.body)
+        except ResponseError as e:
+            raise error_for(e.code, e.reason, e.leader) from None
         return r.entries, r.next_index, r.committed_index
 
     async def read(self, start: int, count: int, *, include_control: bool = False,

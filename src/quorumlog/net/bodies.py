@@ -195,6 +195,23 @@ ANY = Any_()
 OPT_STR = Opt(STR)
 
 
+_LARGE = 1 << 16  # bytes fields from this size are not copied into msgpack's buffer first
+
+
+def _pack_joined(values: tuple[Any, ...]) -> bytes:
+    """packb(values), large bytes fields copied once instead of twice (msgpack packs into a buffer of its
+    own, then copies that into the bytes it returns): the same bytes, for an answer such as READ's."""
+    n = len(values)
+    parts: list[bytes | bytearray | memoryview] = [bytes((0x90 | n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big")]
+    for v in values:
+        size = v.nbytes if isinstance(v, memoryview) else len(v) if isinstance(v, bytes | bytearray) else -1
+        if size >= _LARGE:
+            parts += (b"\xc6" + size.to_bytes(4, "big"), v)  # bin 32, as msgpack packs 64 KiB and more
+        else:
+            parts.append(_packb(v))
+    return b"".join(parts)
+
+
 class Schema:
     """The body of one (operation, kind): an ordered tuple of (name, FieldType).
 
@@ -203,7 +220,7 @@ class Schema:
     (code, reason, leader) instead of this schema's; see decode_response().
     """
 
-    __slots__ = ("name", "fields", "types", "record", "generic_errors")
+    __slots__ = ("name", "fields", "types", "record", "generic_errors", "_bytes_at")
 
     def __init__(self, name: str, fields: Sequence[tuple[str, FieldType]], *,
                  generic_errors: bool = True) -> None:
@@ -212,6 +229,7 @@ class Schema:
         self.types = tuple(t for _, t in self.fields)
         self.record: Any = namedtuple(name, [n for n, _ in self.fields])  # type: ignore[misc]
         self.generic_errors = generic_errors
+        self._bytes_at = tuple(i - 1 for i, t in enumerate(self.types) if isinstance(t, Bytes) and i > 0)
 
     def __repr__(self) -> str:
         return f"Schema({self.name}: {', '.join(f'{n}: {t.name}' for n, t in self.fields)})"
@@ -235,9 +253,12 @@ class Schema:
         """A SUCCESS response of this schema: the code, then `values` (every field after the code).
         Not validated field by field: the node builds these from its own state, and checking each
         position of a batch's answer would cost more than packing it; tests decode each kind through
-        its schema."""
+        its schema. A large bytes field (a READ answer's entries) is joined in, copied once."""
         if len(values) != len(self.types) - 1:
             raise ValueError(f"{self.name}: {len(self.types) - 1} fields after the code, got {len(values)}")
+        for i in self._bytes_at:
+            if isinstance(values[i], bytes | bytearray | memoryview) and len(values[i]) >= _LARGE:
+                return _pack_joined((_SUCCESS_CODE, *values))
         return _packb((_SUCCESS_CODE, *values))
 
     def decode(self, body: bytes | bytearray | memoryview) -> Any:
@@ -251,6 +272,28 @@ def unpack(body: bytes | bytearray | memoryview) -> Any:
         return _unpackb(body, raw=False, use_list=False, strict_map_key=True)
     except Exception as e:  # msgpack raises many types (ExtraData, FormatError, StackError, ValueError...)
         raise ProtocolError(f"malformed msgpack body: {type(e).__name__}: {e}") from None
+
+
+_BIN_HEADS = {0xC4: 1, 0xC5: 2, 0xC6: 4}  # msgpack bin 8/16/32: bytes of the length that follows
+_SUCCESS_PACKED = _packb(_SUCCESS_CODE)
+
+
+def decode_response_view(schema: Schema, body: memoryview) -> Any:
+    """decode_response for a schema (code, bytes, ...) whose bytes field is large: a SUCCESS answer's
+    bytes come back as a view of `body`, not a copy (the view keeps the frame's buffer alive). Any
+    other answer, or a layout this does not expect, goes through decode_response."""
+    n = len(schema.fields)
+    head = 1 + len(_SUCCESS_PACKED)  # the array's header, then the code
+    if n > 15 or schema.types[1] is not BYTES or len(body) <= head or body[0] != 0x90 | n \
+            or body[1:head] != _SUCCESS_PACKED or (width := _BIN_HEADS.get(body[head])) is None:
+        return decode_response(schema, body)
+    at = head + 1 + width
+    size = int.from_bytes(body[head + 1:at], "big")
+    if at + size > len(body):
+        raise ProtocolError(f"{schema.name}: bytes field runs past the body")
+    # The fields after the bytes field, decoded as an array of their own (strictly, as unpack does).
+    rest = unpack(bytes((0x90 | (n - 2),)) + bytes(body[at + size:]))
+    return schema.validate((_SUCCESS_CODE, body[at:at + size], *rest))
 
 
 # A non-SUCCESS response of an operation whose schema has generic_errors.

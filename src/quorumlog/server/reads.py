@@ -6,13 +6,8 @@ entries keep their indexes but are left out unless asked for.
 
 from __future__ import annotations
 
-import struct
-
-from ..entry import MAGIC_NORMAL
 from ..errors import IndexOutOfRangeError, QuorumLogError, ResponseCode
 from ..store.base import LogStore
-
-_magic_size = struct.Struct(">ii").unpack_from
 
 
 class IndexBelowBeginError(QuorumLogError):
@@ -22,10 +17,12 @@ class IndexBelowBeginError(QuorumLogError):
 
 
 def read_committed(store: LogStore, start: int, max_entries: int, max_bytes: int,
-                   include_control: bool) -> tuple[bytes, int, int]:
+                   include_control: bool) -> tuple[bytes | memoryview, int, int]:
     """Encoded committed entries from `start`: (entries, next index to read, committed index).
 
-    Past the commit index the answer is empty with next == start (the reader polls or tails).
+    Past the commit index the answer is empty with next == start (the reader polls or tails). The
+    entries may be a view of the store's segments (no copy of the common one-run answer): encode them
+    at once, before the store changes.
     """
     committed = store.committed_index
     if start < store.begin_index:
@@ -33,33 +30,10 @@ def read_committed(store: LogStore, start: int, max_entries: int, max_bytes: int
     if start > committed or max_entries <= 0:
         return b"", start, committed
     count = min(max_entries, committed - start + 1)
-    data, n = store.read_raw(start, count, max(max_bytes, 1))
-    if not include_control and data:
-        data = drop_control(data)
+    # Control entries are left out during the checked walk, not by a second walk over the answer.
+    parts, n = store.read_raw_parts(start, count, max(max_bytes, 1), include_control)
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
     return data, start + n, committed
-
-
-def drop_control(data: bytes) -> bytes:
-    """Encoded entries minus NOOP/CONFIG ones (rare: one NOOP per term), without decoding bodies."""
-    keep: list[memoryview] = []
-    mv = memoryview(data)
-    off = 0
-    run = 0
-    n = len(data)
-    dropped = False
-    while off < n:
-        magic, size = _magic_size(data, off)
-        if magic != MAGIC_NORMAL:
-            dropped = True
-            if off > run:
-                keep.append(mv[run:off])
-            run = off + size
-        off += size
-    if not dropped:
-        return data
-    if n > run:
-        keep.append(mv[run:n])
-    return b"".join(keep)
 
 
 def get_committed(store: LogStore, index: int) -> bytes:

@@ -1,10 +1,12 @@
 """Encoded entries (as READ answers carry them) to Arrow record batches, without a Python object per row.
 
-One pass in Python finds where each entry starts (and checks its body CRC); everything else is Arrow
-kernels over the answer's one buffer: the entries are viewed as a binary array whose offsets are the
-entry starts, header fields are byte slices of it (taken in reverse to turn big-endian into
-little-endian), and the body column is one slice past the 48-byte header, or past the header and the
-producer metadata run in entries that carry one (an entry's body is its last body_size bytes).
+One tight pass in Python walks the entries (each one's size gives the next one's start) and checks each
+body CRC; it records two offsets per entry, where the entry starts and where its body starts. Over the
+answer's one buffer those offsets make a binary array whose even elements are the entries' headers
+(with the producer metadata run, when an entry has one) and odd elements their bodies (an entry's body
+is its last body_size bytes). Arrow kernels do the rest: `take` gathers the headers (48 or 76 bytes
+each) and the bodies into two contiguous arrays, the header checks run over all headers at once, and
+header fields are byte slices of them (taken in reverse to turn big-endian into little-endian).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from array import array
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..entry import HEADER, HEADER_META_SIZE, HEADER_SIZE, MAGIC_NORMAL, META_SIZE
+from ..entry import HEADER, HEADER_SIZE, MAGIC_NORMAL, META_SIZE
 from ..errors import CorruptEntryError
 
 SCHEMA = pa.schema([
@@ -29,74 +31,105 @@ SCHEMA = pa.schema([
 # The same schema as Spark DDL (nullable columns, as Spark declares them).
 SCHEMA_DDL = "`group` string, `index` bigint, `term` bigint, `pos` bigint, `body` binary"
 
-_size_at = struct.Struct(">i").unpack_from
+Buffer = bytes | bytearray | memoryview
+
+_size_crc_body = struct.Struct(">4xi32xIi").unpack_from  # size, body_crc, body_size
+_size_body = struct.Struct(">4xi36xi").unpack_from  # size, body_size
 _header = HEADER.unpack_from
 _crc32 = zlib.crc32
-_TO_END = (1 << 31) - 1  # a slice stop past any entry's end
+_MAX = (1 << 31) - 1  # Arrow binary offsets are int32
 
 
-def entry_starts(data: bytes, check_crc: bool = True) -> array[int]:
-    """Offsets of each entry in `data` plus the end offset (int32, as Arrow binary offsets)."""
-    n = len(data)
-    if n >= 1 << 31:
+def entry_offsets(data: Buffer, check_crc: bool = True) -> array[int]:
+    """Where each entry of `data` starts and where its body starts, in turn, then the end (2n + 1
+    offsets, int32). Checks that the entries tile `data` and that each body lies inside its entry, and
+    each body CRC (which covers the metadata run and the body) when `check_crc`; the other header
+    checks are check_headers'."""
+    mv = memoryview(data).cast("B")
+    n = len(mv)
+    if n > _MAX:
         raise ValueError("an answer above 2 GiB cannot be one Arrow binary array")
-    starts = array("i")
-    push = starts.append
+    out: list[int] = []  # list.append is quicker than array.append
+    push = out.append
     off = 0
+    last = n - HEADER_SIZE  # the last offset a whole header fits at
     if check_crc:
-        mv = memoryview(data)
-        while off < n:
-            magic, size, index, _t, _p, channel, _chain, body_crc, body_size = _header(data, off)
+        crc32 = _crc32
+        walk = _size_crc_body
+        while off <= last:
+            size, body_crc, body_size = walk(mv, off)
+            if not 0 <= body_size <= size - HEADER_SIZE:
+                raise _bad_header(mv, off)
             end = off + size
-            if size != HEADER_SIZE + channel + body_size or channel not in (0, META_SIZE) or end > n \
-                    or magic != MAGIC_NORMAL:
-                raise CorruptEntryError(f"entry {index}: bad header at offset {off} of a READ answer")
-            if _crc32(mv[off + HEADER_SIZE:end]) != body_crc:  # metadata run and body
-                raise CorruptEntryError(f"entry {index}: body CRC mismatch")
+            if crc32(mv[off + HEADER_SIZE:end]) != body_crc:
+                raise CorruptEntryError(f"entry {_index_at(mv, off)}: body CRC mismatch")
             push(off)
+            push(end - body_size)
             off = end
     else:
-        while off < n:
-            size = _size_at(data, off + 4)[0]
-            if size < HEADER_SIZE:
-                raise CorruptEntryError(f"bad entry size {size} at offset {off} of a READ answer")
-            push(off)
+        walk = _size_body
+        while off <= last:
+            size, body_size = walk(mv, off)
+            if not 0 <= body_size <= size - HEADER_SIZE:
+                raise _bad_header(mv, off)
             off += size
-        if off != n:
-            raise CorruptEntryError("a READ answer ends inside an entry")
+            push(off - size)
+            push(off - body_size)
+    if off != n:
+        raise CorruptEntryError("a READ answer ends inside an entry")
     push(n)
-    return starts
+    return array("i", out)
 
 
-def _be_int(entries: pa.Array, at: int, type_: pa.DataType) -> pa.Array:
-    """The big-endian integer of `type_` (int32 or int64) at byte `at` (> 0) of every entry."""
-    le = pc.binary_slice(entries, at + type_.bit_width // 8 - 1, at - 1, -1)
-    bufs = le.buffers()
-    return pa.Array.from_buffers(type_, len(le), [None, bufs[2]])
+def _index_at(mv: memoryview, off: int) -> int | str:
+    return _header(mv, off)[2] if off + HEADER_SIZE <= len(mv) else "?"
 
 
-def _bodies(entries: pa.Array, check_sizes: bool) -> pa.Array:
-    """The body column: each entry past its header, and past its metadata run if it has one (then
-    size - body_size is HEADER_META_SIZE). `check_sizes` refuses an entry with any other layout."""
-    body_at = pc.subtract(pc.binary_length(entries), _be_int(entries, 44, pa.int32()))
-    with_meta = pc.equal(body_at, HEADER_META_SIZE)
-    if check_sizes and not pc.all(pc.or_(with_meta, pc.equal(body_at, HEADER_SIZE))).as_py():
-        raise CorruptEntryError("an entry of a READ answer has a bad body_size")
-    plain = pc.binary_slice(entries, HEADER_SIZE, _TO_END)
-    if not pc.any(with_meta).as_py():
-        return plain
-    return pc.if_else(with_meta, pc.binary_slice(entries, HEADER_META_SIZE, _TO_END), plain)
+def _bad_header(mv: memoryview, off: int) -> CorruptEntryError:
+    return CorruptEntryError(f"entry {_index_at(mv, off)}: bad header at offset {off} of a READ answer")
 
 
-def entries_batch(group: str, data: bytes, check_crc: bool = True) -> pa.RecordBatch:
-    """A record batch (SCHEMA) of the encoded normal entries in `data`."""
-    starts = entry_starts(data, check_crc)
-    count = len(starts) - 1
+_steps: dict[int, pa.Array] = {}
+
+
+def _every_other(first: int, count: int) -> pa.Array:
+    """first, first + 2, ... (count of them), sliced from a cached array (int32)."""
+    cached = _steps.get(first)
+    if cached is None or len(cached) < count:
+        cached = _steps[first] = pa.array(range(first, first + 2 * max(count, 1 << 16), 2), pa.int32())
+    return cached.slice(0, count)
+
+
+def _be_int(fields: pa.Array, at: int, type_: pa.DataType) -> pa.Array:
+    """The big-endian integer of `type_` (int32 or int64) at byte `at` (> 0) of every element."""
+    le = pc.binary_slice(fields, at + type_.bit_width // 8 - 1, at - 1, -1)
+    return pa.Array.from_buffers(type_, len(le), [None, le.buffers()[2]])
+
+
+def check_headers(headers: pa.Array) -> None:
+    """Every header (48 bytes, or 48 + the metadata run) is a normal entry's, and its channel field
+    says how long its metadata run is (so size = 48 + channel + body_size, the body its last bytes)."""
+    channel = _be_int(headers, 32, pa.int32())
+    ok = pc.and_(pc.equal(pc.binary_length(headers), pc.add(channel, HEADER_SIZE)),
+                 pc.is_in(channel, pa.array([0, META_SIZE], pa.int32())))
+    ok = pc.and_(ok, pc.equal(pc.binary_slice(headers, 0, 4), MAGIC_NORMAL.to_bytes(4, "big")))
+    if not pc.all(ok).as_py():
+        first = pc.index(ok, False).as_py()
+        raise CorruptEntryError(f"entry {_header(headers[first].as_buffer(), 0)[2]}: bad header in a READ answer")
+
+
+def entries_batch(group: str, data: Buffer, check_crc: bool = True) -> pa.RecordBatch:
+    """A record batch (SCHEMA) of the encoded normal entries in `data`. The batch holds no reference to
+    `data`: headers and bodies are gathered out of it, once each."""
+    data = memoryview(data).cast("B")
+    offsets = entry_offsets(data, check_crc)
+    count = (len(offsets) - 1) // 2
     if count == 0:
         return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in SCHEMA], schema=SCHEMA)
-    entries = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(starts), pa.py_buffer(data)])
-    body = _bodies(entries, not check_crc)  # entry_starts has checked the sizes when check_crc
+    parts = pa.Array.from_buffers(pa.binary(), 2 * count, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    headers = parts.take(_every_other(0, count))
+    check_headers(headers)
     return pa.RecordBatch.from_arrays(
-        [pa.repeat(pa.scalar(group, pa.string()), count), _be_int(entries, 8, pa.int64()),
-         _be_int(entries, 16, pa.int64()), _be_int(entries, 24, pa.int64()), body],
+        [pa.repeat(pa.scalar(group, pa.string()), count), _be_int(headers, 8, pa.int64()),
+         _be_int(headers, 16, pa.int64()), _be_int(headers, 24, pa.int64()), parts.take(_every_other(1, count))],
         schema=SCHEMA)

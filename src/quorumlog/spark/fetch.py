@@ -79,7 +79,7 @@ def _read(client: Client, opts: SourceOptions, task: RangeTask) -> Iterator[pa.R
     expired_on: dict[str, int] = {}  # node -> the index it refused as expired
     nxt = task.start
     count = 4096  # entries asked per READ; adapted to the entry size
-    pending: deque[tuple[int, int, Future[tuple[bytes, int, int]]]] = deque()
+    pending: deque[tuple[int, int, Future[tuple[memoryview, int, int]]]] = deque()
     ahead = nxt
     stall_deadline = time.monotonic() + opts.read_timeout
     last_error: BaseException | None = None
@@ -95,7 +95,8 @@ def _read(client: Client, opts: SourceOptions, task: RangeTask) -> Iterator[pa.R
         node = nodes[node_i]
         while len(pending) < PIPELINE_DEPTH and ahead < task.end:
             n = min(count, task.end - ahead)
-            pending.append((ahead, n, client.read_raw_async(ahead, n, MAX_READ_BYTES, node=node)))
+            # read_view: the answer's entries stay in the frame they came in (no copy before Arrow).
+            pending.append((ahead, n, client._submit(client.aio.read_view(ahead, n, MAX_READ_BYTES, node))))
             ahead += n
         frm, n, fut = pending.popleft()
         try:

@@ -70,6 +70,16 @@ def split_range(start: int, end: int, max_per_partition: int | None) -> list[tup
     return [(lo, min(lo + max_per_partition, end)) for lo in range(start, end, max_per_partition)]
 
 
+def even_split(start: int, end: int, pieces: int) -> list[tuple[int, int]]:
+    """[start, end) cut into `pieces` consecutive ranges whose sizes differ by at most one (fewer when
+    there are fewer indexes)."""
+    n = end - start
+    k = max(1, min(pieces, n))
+    if n <= 0:
+        return []
+    return [(start + n * i // k, start + n * (i + 1) // k) for i in range(k)]
+
+
 def plan_partitions(ranges: Mapping[str, tuple[int, int]], max_per_partition: int | None = None,
                     min_partitions: int | None = None) -> list[tuple[str, int, int]]:
     """Input partitions (group, start, end) covering every range exactly once, in group then index order:

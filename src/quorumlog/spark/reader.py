@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .fetch import RangeTask, data_loss, read_range
-from .offsets import EARLIEST, LATEST, parse_offsets_spec, plan_partitions, resolve_offsets
+from .offsets import EARLIEST, LATEST, even_split, parse_offsets_spec, plan_partitions, resolve_offsets
 from .options import OptionError, SourceOptions
-from .view import GroupView, cluster_view, read_groups
+from .view import GroupView, Replica, cluster_view, read_groups
 
 
 class QuorumLogPartition(InputPartition):
@@ -25,24 +27,44 @@ class QuorumLogPartition(InputPartition):
         return f"QuorumLogPartition({t.group}, {t.start}..{t.end - 1}, {t.nodes[0] if t.nodes else '-'})"
 
 
-def replica_order(view: GroupView, end: int, read_from: str, turn: int) -> tuple[str, ...]:
-    """Nodes to read a range ending before `end` from: the leader first ("leader"), or the replicas that
-    have committed the whole range taking turns ("any"); every other replica follows as a fallback."""
+# Without maxEntriesPerPartition or minPartitions, a group's range is cut into one piece per replica that
+# serves it (readFrom=any; the leader alone otherwise) per core, in pieces of at least this many indexes.
+MIN_DEFAULT_PIECE = 50_000
+
+
+def _serving(view: GroupView, end: int, read_from: str) -> list[Replica]:
+    """The replicas a range ending before `end` is read from first: the leader ("leader", when there is
+    one), or every replica that has committed the whole range ("any"; the most advanced one if none)."""
+    if read_from == "leader" and view.leader is not None:
+        return [view.leader]
+    return [r for r in view.replicas if r.committed + 1 >= end] or \
+        sorted(view.replicas, key=lambda r: (-r.committed, r.node_id))[:1]
+
+
+def default_pieces(view: GroupView | None, start: int, end: int, read_from: str, cores: int) -> int:
+    """How many partitions a group's range [start, end) gets when the options do not say."""
+    readers = len(_serving(view, end, read_from)) if view is not None and view.replicas else 1
+    return max(1, min(readers * cores, -(-(end - start) // MIN_DEFAULT_PIECE)))
+
+
+def replica_order(view: GroupView, end: int, read_from: str, load: dict[str, int], prev: str | None) -> tuple[str, ...]:
+    """Nodes to read a range ending before `end` from: first the leader ("leader"), or ("any") of the
+    replicas that have committed the whole range the one with the least `load` (indexes given to it so
+    far) that is not `prev` (the node of the partition before, which Spark runs beside this one);
+    every other replica follows as a fallback."""
     by_commit = sorted(view.replicas, key=lambda r: (-r.committed, r.node_id))
-    leader = view.leader
-    if read_from == "leader" and leader is not None:
-        first = [leader]
-    else:
-        ready = [r for r in view.replicas if r.committed + 1 >= end] or by_commit[:1]
-        first = [ready[turn % len(ready)]]
-    rest = [r for r in by_commit if r not in first]
-    return tuple(r.address for r in first + rest)
+    serving = _serving(view, end, read_from)
+    first = min([r for r in serving if r.address != prev] or serving, key=lambda r: load.get(r.address, 0))
+    return tuple(r.address for r in [first] + [r for r in by_commit if r is not first])
 
 
 def make_partitions(opts: SourceOptions, view: Mapping[str, GroupView], start: Mapping[str, int],
-                    end: Mapping[str, int]) -> list[QuorumLogPartition]:
+                    end: Mapping[str, int], *, by_replicas: bool = False) -> list[QuorumLogPartition]:
     """Partitions covering start..end of every group; a start below what any replica still holds is data
-    loss (fails, or is skipped with a warning)."""
+    loss (fails, or is skipped with a warning). `by_replicas` (batch queries): without partitioning
+    options, each group is cut by default_pieces. Streams keep one partition per group then, so that a
+    micro-batch run again after a restart is cut the same way whatever the replicas (its writes stay
+    exactly-once)."""
     ranges: dict[str, tuple[int, int]] = {}
     for g, hi in end.items():
         lo = start.get(g, hi)
@@ -54,10 +76,23 @@ def make_partitions(opts: SourceOptions, view: Mapping[str, GroupView], start: M
             lo = v.earliest
         if hi > lo:
             ranges[g] = (lo, hi)
+    if by_replicas and opts.max_entries_per_partition is None and opts.min_partitions is None:
+        cores = os.cpu_count() or 1  # the planner's; in local mode the executors' too
+        pieces = [[(g, a, b) for a, b in even_split(lo, hi, default_pieces(view.get(g), lo, hi, opts.read_from, cores))]
+                  for g, (lo, hi) in ranges.items()]
+        # Groups take turns, so that partitions running side by side read different groups (and leaders).
+        plan = [p for turn in itertools.zip_longest(*pieces) for p in turn if p is not None]
+    else:
+        plan = plan_partitions(ranges, opts.max_entries_per_partition, opts.min_partitions)
     out = []
-    for turn, (g, lo, hi) in enumerate(plan_partitions(ranges, opts.max_entries_per_partition, opts.min_partitions)):
+    load: dict[str, int] = {}
+    prev = None
+    for g, lo, hi in plan:
         v = view.get(g)
-        nodes = replica_order(v, hi, opts.read_from, turn) if v is not None else ()
+        nodes = replica_order(v, hi, opts.read_from, load, prev) if v is not None else ()
+        if nodes:
+            load[nodes[0]] = load.get(nodes[0], 0) + hi - lo
+            prev = nodes[0]
         out.append(QuorumLogPartition(g, lo, hi, nodes))
     return out
 
@@ -87,7 +122,7 @@ class QuorumLogBatchReader(DataSourceReader):
         view = cluster_view(self.opts)
         groups = read_groups(self.opts, view)
         start, end = batch_range(self.opts, view, groups)
-        return make_partitions(self.opts, view, start, end)
+        return make_partitions(self.opts, view, start, end, by_replicas=True)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, QuorumLogPartition):

@@ -164,6 +164,13 @@ class LogStore(Protocol):
         IndexOutOfRangeError below begin_index (expired entries are never served); nothing past end."""
         ...
 
+    def read_raw_parts(self, start: int, max_count: int, max_bytes: int,
+                       control: bool = True) -> tuple[list[bytes | memoryview], int]:
+        """read_raw's entries in parts that read_raw would join (no copy: views into the store may be
+        among them, valid until the store next changes), control entries left out unless `control`;
+        the count is of the indexes read, control entries included."""
+        ...
+
     def end_pos(self, index: int) -> int:
         """The byte position just past the entry at `index` (begin_pos for begin_index - 1): a
         primary/backup offset. IndexOutOfRangeError outside [begin - 1, end]."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..entry import HEADER, HEADER_SIZE, INDEX_UNIT, INDEX_UNIT_SIZE, VALID_MAGICS, Entry, entry_at
 from ..errors import CorruptEntryError, IndexOutOfRangeError
-from .reader import RecentBatches, read_checked
+from .reader import RecentBatches, checked_runs, drop_control, read_checked
 from .recovery import WalkError, walk
 from .segments import SegmentList
 
@@ -133,9 +133,16 @@ class FileReads:
                 for view, rel, h in self._iter_raw(start, max_count, max_bytes, include_control, True)]
 
     def read_raw(self, start: int, max_count: int, max_bytes: int) -> tuple[bytes, int]:
+        parts, n = self.read_raw_parts(start, max_count, max_bytes)
+        if len(parts) == 1:
+            return bytes(parts[0]), n
+        return b"".join(parts), n
+
+    def read_raw_parts(self, start: int, max_count: int, max_bytes: int,
+                       control: bool = True) -> tuple[list[bytes | memoryview], int]:
         if start < self._begin:
             raise IndexOutOfRangeError(f"index {start} is below the log's first index {self._begin}")
-        parts: list[bytes] = []
+        parts: list[bytes | memoryview] = []
         count = used = 0
         index = start
         # Recently encoded batches first; the disk (with every entry checked) for the rest.
@@ -143,28 +150,17 @@ class FileReads:
             hit = self._recent.slice(index, max_count - count, max_bytes - used)
             if hit is None:
                 break
-            parts.append(hit[0])
+            parts.append(hit[0] if control else drop_control(hit[0]))
             count += hit[1]
             used += len(hit[0])
             index += hit[1]
         if count < max_count and (used < max_bytes or not count) and index <= self._end:
-            chunk, n = self._read_raw_disk(index, max_count - count, max_bytes - used)
-            parts.append(chunk)
+            pos = self._unit(index)[1]
+            try:
+                runs, n = checked_runs(self.data, pos, index, self._end, self._prev_chain(index), max_count - count,
+                                       max_bytes - used, control, self._max_body)
+            except CorruptEntryError as e:
+                raise CorruptEntryError(f"{self.dir}: {e}", index=e.index) from None
+            parts += runs
             count += n
-        if len(parts) == 1:
-            return parts[0], count
-        return b"".join(parts), count
-
-    def _read_raw_disk(self, start: int, max_count: int, max_bytes: int) -> tuple[bytes, int]:
-        items = self._iter_raw(start, max_count, max_bytes)
-        if not items:
-            return b"", 0
-        parts = []
-        run_view, run_start, run_end = items[0][0], items[0][1], items[0][1]
-        for view, rel, h in items:
-            if view is not run_view or rel != run_end:
-                parts.append(run_view[run_start:run_end])
-                run_view, run_start = view, rel
-            run_end = rel + h[1]
-        parts.append(run_view[run_start:run_end])
-        return (bytes(parts[0]) if len(parts) == 1 else b"".join(parts)), len(items)
+        return [p for p in parts if p], count

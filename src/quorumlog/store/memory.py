@@ -9,6 +9,7 @@ from ..entry import HEADER_SIZE, MAGIC_NORMAL, Entry, check_entry, check_metas, 
 from ..errors import CorruptEntryError, IndexOutOfRangeError, InvalidArgumentError, StoreError
 from .base import Appended, Damage, check_bodies, check_reset, expiry_point, place, verify_run
 from .checkpoint import check_token
+from .reader import drop_control
 
 
 def _at_zero() -> float:
@@ -297,6 +298,13 @@ class MemoryStore:
             used += len(self._raw[j])
             j += 1
         return b"".join(self._raw[i:j]), j - i
+
+    def read_raw_parts(self, start: int, max_count: int, max_bytes: int,
+                       control: bool = True) -> tuple[list[bytes | memoryview], int]:
+        data, n = self.read_raw(start, max_count, max_bytes)
+        if not control:
+            data = drop_control(data)
+        return ([data] if data else []), n
 
     def end_pos(self, index: int) -> int:
         if index == self._begin - 1:
