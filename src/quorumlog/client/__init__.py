@@ -24,7 +24,8 @@ else raises ExpectedEndMismatchError with `actual_end`: optimistic concurrency f
 Reads never return uncommitted entries; every entry read is CRC-checked on arrival.
 """
 
-from .aio import _BATCH_ANSWER, AppendResult, AsyncClient, Metadata, NotLeaderError, parse_endpoints
+from .aio import AsyncClient, NotLeaderError
+from .results import _BATCH_ANSWER, AppendResult, Metadata, parse_endpoints
 from .sync import Client
 
 __all__ = ["AppendResult", "AsyncClient", "Client", "Metadata", "NotLeaderError", "parse_endpoints", "_BATCH_ANSWER"]

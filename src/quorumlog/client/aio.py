@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import random
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
 from ssl import SSLContext
 from typing import Any, TypeVar
 
@@ -24,7 +23,7 @@ from ..errors import (
     error_for,
 )
 from ..ha.epochs import promotion_epoch
-from ..net.bodies import FieldType, Schema, decode_response, decode_response_view
+from ..net.bodies import Schema, decode_response, decode_response_view
 from ..net.connection import Connection, connect
 from ..net.errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError, ResponseError
 from ..net.frames import ONEWAY, Frame
@@ -33,7 +32,6 @@ from ..net.ops import Op
 from ..net.schemas import (
     APPEND_BATCH_PRODUCER_REQUEST,
     APPEND_BATCH_REQUEST,
-    APPEND_BATCH_RESPONSE,
     APPEND_PRODUCER_REQUEST,
     APPEND_REQUEST,
     APPEND_RESPONSE,
@@ -55,6 +53,7 @@ from ..net.schemas import (
     UNTAIL_REQUEST,
 )
 from .producer import PRODUCER_WINDOW, Producer
+from .results import _BATCH_ANSWER, AppendResult, Metadata, _split, parse_endpoints
 
 T = TypeVar("T")
 
@@ -66,58 +65,6 @@ _RETRY = frozenset({ResponseCode.NOT_LEADER, ResponseCode.LEADER_TRANSFERRING, R
 _UNCERTAIN = frozenset({ResponseCode.TERM_CHANGED, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT,
                         ResponseCode.FLUSH_SLAVE_TIMEOUT})
 
-
-@dataclass(frozen=True, slots=True)
-class AppendResult:
-    """Where an appended entry landed."""
-
-    index: int
-    term: int
-    pos: int
-
-
-@dataclass(frozen=True, slots=True)
-class Metadata:
-    """A group's leader, term and members, and each member's indexes (None for a node that did not answer)."""
-
-    group: str
-    leader: str | None
-    term: int
-    peers: dict[str, str]
-    nodes: dict[str, dict[str, Any] | None] = field(default_factory=dict)
-
-
-def parse_endpoints(endpoints: str | Sequence[str]) -> list[str]:
-    items = endpoints.split(",") if isinstance(endpoints, str) else list(endpoints)
-    out = [e.strip() for e in items if e.strip()]
-    if not out:
-        raise QuorumLogError("no endpoints given", ResponseCode.UNEXPECTED_ARGUMENT)
-    for e in out:
-        host, _, port = e.rpartition(":")
-        if not host or not port.isdigit():
-            raise QuorumLogError(f"bad endpoint {e!r}: expected host:port", ResponseCode.UNEXPECTED_ARGUMENT)
-    return out
-
-
-def _split(addr: str) -> tuple[str, int]:
-    host, _, port = addr.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-class _PositionsList(FieldType):
-    """list[int] checked with one pass of type() calls: an APPEND_BATCH answer holds a position per
-    entry, and the generic per-element check cost a fifth of a producer's CPU."""
-
-    __slots__ = ()
-    name = "list[int]"
-
-    def check(self, value: Any, where: str) -> None:
-        if not isinstance(value, list | tuple) or not all(type(p) is int for p in value):
-            raise ProtocolError(f"{where}: expected list[int]")
-
-
-_BATCH_ANSWER = Schema("AppendBatchResponse", [(n, _PositionsList() if n == "positions" else t)
-                                               for n, t in APPEND_BATCH_RESPONSE.fields])
 
 
 class AsyncClient:

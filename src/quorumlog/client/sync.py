@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 from ..entry import Entry
 from ..errors import QuorumLogError, ResponseCode
 from ..net.loop import loop_factory
-from .aio import AppendResult, AsyncClient, Metadata
+from .aio import AsyncClient
+from .results import AppendResult, Metadata
 
 T = TypeVar("T")
 
@@ -108,6 +109,11 @@ class Client:
 
     def get(self, index: int) -> Entry:
         return self._run(self._ac.get(index))
+
+    def read_view_async(self, start: int, max_entries: int, max_bytes: int,
+                        node: str) -> ConcurrentFuture[tuple[memoryview, int, int]]:
+        """Start one AsyncClient.read_view (a READ of one node, its entries a view of the answer)."""
+        return self._submit(self._ac.read_view(start, max_entries, max_bytes, node))
 
     def read_raw_async(self, start: int, max_entries: int = 10000, max_bytes: int = 4 << 20, *,
                        node: str | None = None) -> ConcurrentFuture[tuple[bytes, int, int]]:

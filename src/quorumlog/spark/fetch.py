@@ -96,7 +96,7 @@ def _read(client: Client, opts: SourceOptions, task: RangeTask) -> Iterator[pa.R
         while len(pending) < PIPELINE_DEPTH and ahead < task.end:
             n = min(count, task.end - ahead)
             # read_view: the answer's entries stay in the frame they came in (no copy before Arrow).
-            pending.append((ahead, n, client._submit(client.aio.read_view(ahead, n, MAX_READ_BYTES, node))))
+            pending.append((ahead, n, client.read_view_async(ahead, n, MAX_READ_BYTES, node)))
             ahead += n
         frm, n, fut = pending.popleft()
         try:
