@@ -131,3 +131,11 @@ async def committed_entries(addr: str, start: int = 0) -> list[tuple[int, bytes]
             if after <= nxt:
                 return out
             nxt = after
+
+
+def rss_mib(pid: int) -> float:
+    """A process's resident memory in MiB (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")

@@ -10,7 +10,6 @@ import socket
 import struct
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -21,16 +20,12 @@ from quorumlog.net.frames import REQUEST, encode_frame
 from quorumlog.net.ops import Op
 from quorumlog.net.schemas import READ_REQUEST
 
+from .conftest import rss_mib
 from .test_server_robustness import _goodbye_reason, _hello, _recv_all, _still_serving
 
 MiB = 1 << 20
 
 
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 def _metric(cluster: Any, name: str, **labels: str) -> float:
@@ -52,7 +47,7 @@ def test_a_client_that_never_reads_cannot_grow_the_node(cluster_factory: Any) ->
     cluster = cluster_factory(nodes=1, node={"max_output_bytes_per_connection": 2 * MiB})
     _fill(cluster, 4000, 1024)  # 4 MiB of entries
     pid = cluster.nodes[0].proc.pid
-    before = _rss_mib(pid)
+    before = rss_mib(pid)
     with socket.create_connection(("127.0.0.1", cluster.nodes[0].port)) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
         _hello(s)
@@ -64,7 +59,7 @@ def test_a_client_that_never_reads_cannot_grow_the_node(cluster_factory: Any) ->
             assert time.monotonic() < deadline, "the output limit never held the connection"
             time.sleep(0.05)
         time.sleep(0.5)  # what the node would buffer, it has by now
-        grown = _rss_mib(pid) - before
+        grown = rss_mib(pid) - before
         assert grown < 64, f"the node grew by {grown:.0f} MiB for a client that does not read"
         _still_serving(cluster.endpoints)  # other clients are served meanwhile
     _still_serving(cluster.endpoints)

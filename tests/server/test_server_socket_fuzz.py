@@ -11,7 +11,6 @@ import random
 import socket
 import struct
 import time
-from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -20,6 +19,7 @@ from quorumlog import Client
 from quorumlog.net.frames import ONEWAY, REQUEST, encode_frame
 from quorumlog.net.ops import Op
 
+from .conftest import rss_mib
 from .test_server_robustness import _hello
 
 FRAMES = 100_000
@@ -27,11 +27,6 @@ MALFORMED_EVERY = 100
 MiB = 1 << 20
 
 
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 def _valid(rng: random.Random, rid: int) -> bytes:
@@ -89,7 +84,7 @@ def test_100k_fuzzed_frames_leave_every_node_up(cluster_factory: Any) -> None:
     with Client(cluster.endpoints, group="g0", retry_timeout=30) as c:
         c.append_many([b"seed"] * 50)
     pids = {n.node_id: n.proc.pid for n in cluster.nodes}
-    before = {n: _rss_mib(p) for n, p in pids.items()}
+    before = {n: rss_mib(p) for n, p in pids.items()}
     conns = []
     for node in cluster.nodes:
         for _ in range(2):
@@ -126,7 +121,7 @@ def test_100k_fuzzed_frames_leave_every_node_up(cluster_factory: Any) -> None:
     time.sleep(1)
     for n in cluster.nodes:
         assert n.alive, f"{n.node_id} died"
-        grown = _rss_mib(pids[n.node_id]) - before[n.node_id]
+        grown = rss_mib(pids[n.node_id]) - before[n.node_id]
         assert grown < 100, f"{n.node_id} grew by {grown:.0f} MiB"
     with Client(cluster.endpoints, group="g0", retry_timeout=30) as c:  # and still serves correctly
         r = c.append(b"after the storm")
