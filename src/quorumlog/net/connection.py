@@ -167,7 +167,7 @@ class Connection(asyncio.Protocol):
         """Handle the buffered frames, stopping (the rest stays in the decoder, and the connection is
         not read) while the peer has too many requests unanswered or too many answers unsent: a client
         that never reads its answers cannot make the node hold more than the limits."""
-        if self._held:
+        if self._held or self._closing:  # (a later turn may find the connection closed meanwhile)
             return
         next_frame = self._decoder.next_frame
         try:
