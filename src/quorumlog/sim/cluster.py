@@ -27,6 +27,7 @@ from ..store.base import LogStore
 from ..store.memory import MemoryStore
 from .checker import Checker, InvariantViolation
 from .network import LinkFaults, Network, partition_links, ring_links
+from .timeline import format_trace, window_phase
 
 GROUP = "g0"
 _PRODUCER_FORGOTTEN = (ResponseCode.UNKNOWN_PRODUCER, ResponseCode.SEQUENCE_TOO_OLD)
@@ -310,29 +311,11 @@ class Cluster:
         self.trace.append((self.time, node_id, text))
 
     def format_trace(self) -> str:
-        lines = []
-        for t, who, what in self.trace:
-            if who == "send":
-                assert not isinstance(what, str)
-                lines.append(f"{t:>8} net  {describe(what)}")  # type: ignore[arg-type]
-            else:
-                lines.append(f"{t:>8} {who:<4} {what}")
-        return "\n".join(lines)
+        return format_trace(self.trace, describe)
 
     # -- one step --------------------------------------------------------------------------------
     def phase(self, step: int) -> str:
-        """"faults", "heal" (faults over, clients still write) or "quiet" (clients stopped too)."""
-        cfg = self.cfg
-        w = min(cfg.window_steps, cfg.steps)
-        pos = step % w
-        window_end = min(w, cfg.steps - (step - pos))
-        heal = max(int(window_end * 0.4), 150)
-        quiet = max(int(window_end * 0.15), 70)
-        if pos >= window_end - quiet:
-            return "quiet"
-        if pos >= window_end - heal:
-            return "heal"
-        return "faults"
+        return window_phase(step, self.cfg.window_steps, self.cfg.steps)
 
     def step(self) -> None:
         step = self.step_no

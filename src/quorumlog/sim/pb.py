@@ -37,6 +37,7 @@ from .checker import Checker, InvariantViolation, chain_at, header_at
 from .cluster import SIM_RETRY_MS, Proposal, SimProducer
 from .network import LinkFaults, Network, partition_links
 from .runner import SeedResult, parse_seeds, run_cluster
+from .timeline import format_trace, window_phase
 
 GROUP, CTL = "pb", "ctl"
 PB_FAULTS = ("drop", "delay", "partition", "crash", "pause", "disk")
@@ -184,8 +185,7 @@ class PbCluster:
         """Nothing to release: the stores are in memory (run_cluster closes the Raft simulator's files)."""
 
     def format_trace(self) -> str:
-        return "\n".join(f"{t:>8} {'net' if who == 'send' else who:<4} {describe(what) if who == 'send' else what}"
-                         for t, who, what in self.trace)
+        return format_trace(self.trace, describe)
 
     # -- the controller ----------------------------------------------------------------------------
     def _ctl_receive(self, p: Ctl) -> None:
@@ -297,12 +297,7 @@ class PbCluster:
 
     # -- one step ------------------------------------------------------------------------------
     def phase(self, step: int) -> str:
-        """"faults", "heal" (faults over, clients still write) or "quiet" (clients stopped too)."""
-        pos = step % (w := min(self.cfg.window_steps, self.cfg.steps))
-        end = min(w, self.cfg.steps - (step - pos))
-        if pos < end - max(int(end * 0.4), 150):  # (as in the Raft simulator)
-            return "faults"
-        return "quiet" if pos >= end - max(int(end * 0.15), 70) else "heal"
+        return window_phase(step, self.cfg.window_steps, self.cfg.steps)
 
     def step(self) -> None:
         step = self.step_no
