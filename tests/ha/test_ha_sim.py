@@ -12,6 +12,7 @@ from quorumlog.ha.backup import Backup
 from quorumlog.ha.primary import Primary
 from quorumlog.sim import pb
 from quorumlog.sim.pb import EXTRA_FAULTS, PB_FAULTS, PbCluster, PbConfig, run_pb_seed
+from quorumlog.sim.runner import first_failure
 
 ALL = PbConfig(faults=PB_FAULTS + EXTRA_FAULTS)
 
@@ -60,13 +61,6 @@ def test_pb_sim_a_seed_replays_exactly() -> None:
 
 
 # -- planted bugs ----------------------------------------------------------------------------------
-def _first_failure(cfg: PbConfig, seeds: range) -> str:
-    for seed in seeds:
-        r = run_pb_seed(seed, cfg)
-        if not r.ok:
-            assert r.trace, "a failure comes with a trace"
-            return r.error
-    return ""
 
 
 def test_pb_sim_catches_an_election_outside_the_in_sync_set(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,7 +72,7 @@ def test_pb_sim_catches_an_election_outside_the_in_sync_set(monkeypatch: pytest.
                 self._elect(self.rng.choice(live), frozenset(live))
 
     monkeypatch.setattr(PbCluster, "_failover", any_live_member)
-    assert "lacks acknowledged entries" in _first_failure(PbConfig(), range(40))
+    assert "lacks acknowledged entries" in first_failure(run_pb_seed, PbConfig(), range(40))
 
 
 def _plant_acks_before_durability(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,7 +89,7 @@ def _plant_acks_before_durability(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_pb_sim_catches_acks_before_durability(monkeypatch: pytest.MonkeyPatch) -> None:
     _plant_acks_before_durability(monkeypatch)
-    assert _first_failure(PbConfig(), range(40))
+    assert first_failure(run_pb_seed, PbConfig(), range(40))
 
 
 def test_pb_sim_catches_joiners_lacking_the_primary_start(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,7 +100,7 @@ def test_pb_sim_catches_joiners_lacking_the_primary_start(monkeypatch: pytest.Mo
         self.start_index = -1  # joiners need only the commit index again
 
     monkeypatch.setattr(Primary, "__init__", from_commit_only)
-    assert "(recorded in sync) lacks acknowledged entries" in _first_failure(PbConfig(), range(40))
+    assert "(recorded in sync) lacks acknowledged entries" in first_failure(run_pb_seed, PbConfig(), range(40))
 
 
 def test_pb_sim_catches_stale_truncates(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,7 +111,7 @@ def test_pb_sim_catches_stale_truncates(monkeypatch: pytest.MonkeyPatch) -> None
         original(self, m, now, out)
 
     monkeypatch.setattr(Backup, "on_truncate", any_truncate)
-    assert _first_failure(ALL, range(40))
+    assert first_failure(run_pb_seed, ALL, range(40))
 
 
 def test_pb_sim_main_reports_and_replays(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,7 @@ from quorumlog.raft import handler, pusher
 from quorumlog.raft.member import MemberState
 from quorumlog.raft.node import RaftNode
 from quorumlog.sim.cluster import ALL_FAULTS, SimConfig
-from quorumlog.sim.runner import main, run_seed
+from quorumlog.sim.runner import first_failure, main, run_seed
 
 SHORT = SimConfig(steps=300)
 
@@ -76,18 +76,11 @@ def test_sim_long_runs() -> None:
     _run_range(range(41_000, 41_010), replace(SHORT, steps=3000, nodes=5))
 
 
-def _first_failure(cfg: SimConfig, seeds: range) -> str:
-    for seed in seeds:
-        r = run_seed(seed, cfg)
-        if not r.ok:
-            assert r.trace, "a failure comes with a trace"
-            return r.error
-    return ""
 
 
 def test_sim_catches_commit_by_counting_a_minority(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pusher, "quorum_index", lambda marks, majority: max(marks))
-    error = _first_failure(SHORT, range(50))
+    error = first_failure(run_seed, SHORT, range(50))
     assert error, "a leader committing on its own ack must be caught"
 
 
@@ -98,7 +91,7 @@ def test_sim_catches_acks_before_durability(monkeypatch: pytest.MonkeyPatch) -> 
                                                  handler.SUCCESS, req.index, acked, end, 0))
 
     monkeypatch.setattr(handler.EntryHandler, "_ack", eager_ack)
-    error = _first_failure(SHORT, range(300))
+    error = first_failure(run_seed, SHORT, range(300))
     assert error, "acknowledging unflushed entries must lose acknowledged appends in some crash"
 
 
@@ -121,13 +114,13 @@ def _votes_while(monkeypatch: pytest.MonkeyPatch, allowed: Callable[[RaftNode], 
 
 def test_sim_catches_a_recovering_node_that_votes(monkeypatch: pytest.MonkeyPatch) -> None:
     _votes_while(monkeypatch, lambda node: node.joiner is None)
-    error = _first_failure(SHORT, range(100))
+    error = first_failure(run_seed, SHORT, range(100))
     assert error, "a node that lost acknowledged entries and votes must lose some in a run"
 
 
 def test_sim_catches_a_wiped_node_that_votes_before_probing(monkeypatch: pytest.MonkeyPatch) -> None:
     _votes_while(monkeypatch, lambda node: node.recover_floor is None)
-    error = _first_failure(SHORT, range(300))
+    error = first_failure(run_seed, SHORT, range(300))
     assert error, "a wiped node that votes at once must break safety in some run"
 
 

@@ -11,6 +11,7 @@ import argparse
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,6 +32,16 @@ class SeedResult:
 def run_seed(seed: int, cfg: SimConfig) -> SeedResult:
     """Run one seed to the end or to the first violated invariant."""
     return run_cluster(seed, Cluster(seed, cfg), cfg.steps)
+
+
+def first_failure(run: Callable[[int, Any], SeedResult], cfg: Any, seeds: Iterable[int]) -> str:
+    """The error of the first seed `run` fails with `cfg` ("" when none does): planted-bug tests."""
+    for seed in seeds:
+        r = run(seed, cfg)
+        if not r.ok:
+            assert r.trace, "a failure comes with a trace"
+            return r.error
+    return ""
 
 
 def run_cluster(seed: int, cluster: Any, steps: int) -> SeedResult:
