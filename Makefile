@@ -6,7 +6,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test lint demo install clean bench peers
 
+# Debian packages the tests use: Chromium and its driver (the dashboard test), iproute2 (the network-namespace
+# test). Installed when missing and root; without them those tests skip and say why.
+SYSTEM_PACKAGES := chromium chromium-driver iproute2
+
 $(STAMP): pyproject.toml
+	if [ "$$(id -u)" = 0 ] && ! (command -v chromium && command -v chromedriver && command -v ip) >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null; fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
