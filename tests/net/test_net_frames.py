@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from quorumlog.net.errors import ProtocolError
 from quorumlog.net.frames import (
+    GATHER_BYTES,
     HEADER_SIZE,
     MIN_LENGTH,
     PROTOCOL_VERSION,
@@ -90,6 +91,27 @@ def test_writer_joins_into_one_buffer_and_matches_encode_frame():
     assert data == (encode_frame(Kind.REQUEST, 1, 5, b"abc") + encode_frame(Kind.RESPONSE, 2, 6, b"de")
                     + encode_frame(Kind.ONEWAY, 3, 0))
     assert data[:4] == struct.pack(">I", MIN_LENGTH + 3)
+
+
+def test_writer_hands_out_large_bodies_as_parts_that_decode_as_joined_frames():
+    """A body given as parts, or one of GATHER_BYTES or more, is not joined: the writer says it gathers and
+    hands out its parts (the large one itself, not a copy); the parts decode as the frames would."""
+    big = bytearray(b"q" * GATHER_BYTES)
+    w = FrameWriter()
+    w.add(Kind.RESPONSE, 2, 6, b"small")
+    assert not w.gathers
+    w.add(Kind.ONEWAY, 3, 1, [b"\x93", memoryview(big), b"tail"])
+    assert w.gathers and w.nbytes == 2 * HEADER_SIZE + 5 + 1 + GATHER_BYTES + 4
+    parts = w.take_parts()
+    assert any(p.obj is big for p in parts if isinstance(p, memoryview))
+    assert not w.gathers and len(w) == 0
+    joined = b"".join(parts)
+    assert joined == (encode_frame(Kind.RESPONSE, 2, 6, b"small")
+                      + encode_frame(Kind.ONEWAY, 3, 1, b"\x93" + bytes(big) + b"tail"))
+    frames = decode_frames(joined)
+    assert [bytes(f.body) for f in frames] == [b"small", b"\x93" + bytes(big) + b"tail"]
+    with pytest.raises(ValueError):
+        FrameWriter(max_frame_bytes=100).add(Kind.REQUEST, 1, 1, [b"x" * 50, b"y" * 39])
 
 
 def test_writer_refuses_oversized_and_out_of_range():

@@ -209,7 +209,7 @@ class Primary:
                 b.inflight.append((end_offset, b.next_index - 1))
                 self.stats["ha_frames_sent"] += 1
 
-    def _send(self, b: BackupView, data: bytes, now: int, out: Ready) -> None:
+    def _send(self, b: BackupView, data: bytes | memoryview, now: int, out: Ready) -> None:
         offset = b.next_offset if b.streaming else -1
         committed = self.store.committed_index
         out.messages.append(HaTransfer(self.group, self.node_id, b.id, self.epoch, self.node_id, committed,

@@ -17,6 +17,7 @@ import msgpack
 
 from ..errors import ResponseCode
 from .errors import ProtocolError, ResponseError
+from .frames import GATHER_BYTES, Body, Buffer
 
 _packb = msgpack.packb
 _SUCCESS_CODE = int(ResponseCode.SUCCESS)
@@ -195,21 +196,35 @@ ANY = Any_()
 OPT_STR = Opt(STR)
 
 
-_LARGE = 1 << 16  # bytes fields from this size are not copied into msgpack's buffer first
+_LARGE = GATHER_BYTES  # bytes fields from this size are left as they are, between their neighbours' bytes
 
 
-def _pack_joined(values: tuple[Any, ...]) -> bytes:
-    """packb(values), large bytes fields copied once instead of twice (msgpack packs into a buffer of its
-    own, then copies that into the bytes it returns): the same bytes, for an answer such as READ's."""
+def _pack_parts(values: tuple[Any, ...]) -> list[Buffer]:
+    """packb(values) as parts, large bytes fields (a READ answer's entries, a push's) left as they are
+    rather than copied twice (msgpack packs into a buffer of its own, then copies that into the bytes it
+    returns): joined, the same bytes as packb."""
     n = len(values)
-    parts: list[bytes | bytearray | memoryview] = [bytes((0x90 | n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big")]
+    parts: list[Buffer] = []
+    small: list[bytes] = [bytes((0x90 | n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big")]
     for v in values:
         size = v.nbytes if isinstance(v, memoryview) else len(v) if isinstance(v, bytes | bytearray) else -1
         if size >= _LARGE:
-            parts += (b"\xc6" + size.to_bytes(4, "big"), v)  # bin 32, as msgpack packs 64 KiB and more
+            small.append(b"\xc6" + size.to_bytes(4, "big"))  # bin 32, as msgpack packs 64 KiB and more
+            parts += (b"".join(small), v)
+            small = []
         else:
-            parts.append(_packb(v))
-    return b"".join(parts)
+            small.append(_packb(v))
+    if small:
+        parts.append(b"".join(small))
+    return parts
+
+
+def _has_large(values: tuple[Any, ...], at: tuple[int, ...]) -> bool:
+    for i in at:
+        v = values[i]
+        if isinstance(v, bytes | bytearray | memoryview) and len(v) >= _LARGE:
+            return True
+    return False
 
 
 class Schema:
@@ -229,7 +244,7 @@ class Schema:
         self.types = tuple(t for _, t in self.fields)
         self.record: Any = namedtuple(name, [n for n, _ in self.fields])  # type: ignore[misc]
         self.generic_errors = generic_errors
-        self._bytes_at = tuple(i - 1 for i, t in enumerate(self.types) if isinstance(t, Bytes) and i > 0)
+        self._bytes_at = tuple(i for i, t in enumerate(self.types) if isinstance(t, Bytes))
 
     def __repr__(self) -> str:
         return f"Schema({self.name}: {', '.join(f'{n}: {t.name}' for n, t in self.fields)})"
@@ -249,17 +264,25 @@ class Schema:
         self.validate(values)
         return _packb(values)
 
-    def ok(self, *values: Any) -> bytes:
+    def encode_body(self, *values: Any) -> Body:
+        """`encode`, but a large bytes field (a push's entries) comes back between the bytes around it,
+        not copied, for a frame writer to send as parts."""
+        self.validate(values)
+        if _has_large(values, self._bytes_at):
+            return _pack_parts(values)
+        return _packb(values)
+
+    def ok(self, *values: Any) -> Body:
         """A SUCCESS response of this schema: the code, then `values` (every field after the code).
         Not validated field by field: the node builds these from its own state, and checking each
         position of a batch's answer would cost more than packing it; tests decode each kind through
-        its schema. A large bytes field (a READ answer's entries) is joined in, copied once."""
+        its schema. A large bytes field (a READ answer's entries) comes back as parts around it."""
         if len(values) != len(self.types) - 1:
             raise ValueError(f"{self.name}: {len(self.types) - 1} fields after the code, got {len(values)}")
-        for i in self._bytes_at:
-            if isinstance(values[i], bytes | bytearray | memoryview) and len(values[i]) >= _LARGE:
-                return _pack_joined((_SUCCESS_CODE, *values))
-        return _packb((_SUCCESS_CODE, *values))
+        values = (_SUCCESS_CODE, *values)
+        if _has_large(values, self._bytes_at):
+            return _pack_parts(values)
+        return _packb(values)
 
     def decode(self, body: bytes | bytearray | memoryview) -> Any:
         """Unpack and validate a body; ProtocolError on anything malformed."""

@@ -27,7 +27,7 @@ from .frames import (
     REQUEST,
     RESPONSE,
     SUPPORTED_VERSIONS,
-    Buffer,
+    Body,
     Frame,
     FrameDecoder,
     FrameWriter,
@@ -45,7 +45,7 @@ HANDSHAKE_MAX_FRAME_BYTES = 64 * 1024
 # How long close() waits for buffered bytes to drain before aborting (a peer that never reads).
 CLOSE_GRACE_S = 2.0
 
-HandlerResult = bytes | bytearray | memoryview | None
+HandlerResult = Body | None
 Handler = Callable[["Connection", Frame], HandlerResult | Awaitable[HandlerResult]]
 """Called for each request and one-way frame. For a request it may return the response body (sent at
 once), an awaitable of it (run as a task), or None and call conn.respond() later itself.
@@ -256,18 +256,22 @@ class Connection(asyncio.Protocol):
         self._release()
 
     # -- sending ----------------------------------------------------------------------------------
-    def _write(self, kind: int, op: int, rid: int, body: Buffer) -> None:
+    def _write(self, kind: int, op: int, rid: int, body: Body) -> None:
         self._writer.add(kind, op, rid, body)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._outbox.add(self)
 
     def flush(self) -> None:
-        """Write every queued frame now, in one transport.write (normally once per loop turn, through
+        """Write every queued frame now, in one transport write (normally once per loop turn, through
         the Outbox)."""
         self._flush_scheduled = False
-        if len(self._writer) and self._transport is not None:
-            self._transport.write(self._writer.take())
+        w = self._writer
+        if len(w) and self._transport is not None:
+            if w.gathers:  # a large body part (a view of the store): writev, no copy here
+                self._transport.writelines(w.take_parts())
+            else:
+                self._transport.write(w.take())
             if self._held:
                 self._release()
 
@@ -280,11 +284,11 @@ class Connection(asyncio.Protocol):
             self._drain_waiters.append(w)
             await w
 
-    def send_request(self, op: int, body: Buffer = b"", *, timeout: float | None = None) -> asyncio.Future[Frame]:
+    def send_request(self, op: int, body: Body = b"", *, timeout: float | None = None) -> asyncio.Future[Frame]:
         """Send a request; the future gets the response frame, RequestTimeoutError or ConnectionClosedError."""
         return self._send_request(op, body, timeout)[1]
 
-    def _send_request(self, op: int, body: Buffer, timeout: float | None) -> tuple[int, asyncio.Future[Frame]]:
+    def _send_request(self, op: int, body: Body, timeout: float | None) -> tuple[int, asyncio.Future[Frame]]:
         if self._closing:
             raise ConnectionClosedError(self._closed_text())
         rid = self._next_id
@@ -296,7 +300,7 @@ class Connection(asyncio.Protocol):
             self._add_deadline(rid, op, timeout)
         return rid, fut
 
-    async def request(self, op: int, body: Buffer = b"", *, timeout: float | None = None) -> Frame:
+    async def request(self, op: int, body: Body = b"", *, timeout: float | None = None) -> Frame:
         """Send a request and wait for its response frame."""
         rid, fut = self._send_request(op, body, timeout)
         try:
@@ -305,13 +309,13 @@ class Connection(asyncio.Protocol):
             if not fut.done() or fut.cancelled():  # the caller gave up: forget the request
                 self._pending.pop(rid, None)
 
-    def send(self, op: int, body: Buffer = b"", request_id: int = 0) -> None:
+    def send(self, op: int, body: Body = b"", request_id: int = 0) -> None:
         """Send a one-way frame (request_id ties it to an earlier request, e.g. a TAIL subscription)."""
         if self._closing:
             raise ConnectionClosedError(self._closed_text())
         self._write(ONEWAY, op, request_id, body)
 
-    def respond(self, request: Frame, body: Buffer) -> None:
+    def respond(self, request: Frame, body: Body) -> None:
         """Answer one of the peer's requests (at most once; a second answer is ignored)."""
         rid = request.request_id
         try:
@@ -461,7 +465,7 @@ class Connection(asyncio.Protocol):
             return
         if result is None:
             return
-        if isinstance(result, bytes | bytearray | memoryview):
+        if isinstance(result, bytes | bytearray | memoryview | list):
             if kind == REQUEST:
                 self.respond(f, result)
             return

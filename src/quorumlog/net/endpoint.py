@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 
 from .connection import Connection, Handler, connect
 from .errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError
-from .frames import DEFAULT_MAX_FRAME_BYTES, Buffer, Frame
+from .frames import DEFAULT_MAX_FRAME_BYTES, Body, Frame
 from .hello import CLIENT_ID
 from .outbox import Outbox
 
@@ -134,7 +134,7 @@ class Endpoint:
             raise ConnectionClosedError(f"not connected to {self.host}:{self.port} within {timeout}s"
                                         f" (last error: {self.last_error})") from None
 
-    async def request(self, op: int, body: Buffer = b"", *, timeout: float | None = None) -> Frame:
+    async def request(self, op: int, body: Body = b"", *, timeout: float | None = None) -> Frame:
         """Send a request on the current connection (waiting for one within the same timeout)."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
@@ -142,7 +142,7 @@ class Endpoint:
         left = None if deadline is None else max(0.0, deadline - loop.time())
         return await conn.request(op, body, timeout=left)
 
-    def send(self, op: int, body: Buffer = b"", request_id: int = 0) -> None:
+    def send(self, op: int, body: Body = b"", request_id: int = 0) -> None:
         """A one-way frame on the current connection; ConnectionClosedError when there is none."""
         conn = self._conn
         if conn is None or not conn.is_established:

@@ -26,6 +26,8 @@ from .errors import ProtocolError
 PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS: frozenset[int] = frozenset({PROTOCOL_VERSION})
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+# From this size a body is handed to the kernel as it is (writev) rather than joined into one buffer.
+GATHER_BYTES = 1 << 16
 
 HEADER = struct.Struct(">IHBBQ")
 HEADER_SIZE = HEADER.size  # 16
@@ -64,6 +66,14 @@ class Frame(NamedTuple):
 
 
 Buffer = bytes | bytearray | memoryview
+# A frame body: one buffer, or its parts in order (a large field left as a view between its neighbours),
+# written together with writev instead of joined first.
+Body = Buffer | list[Buffer]
+
+
+def body_bytes(body: Body) -> bytes:
+    """A body as one bytes object (for tools and tests; the node writes the parts as they are)."""
+    return b"".join(body) if isinstance(body, list) else bytes(body)
 
 
 def _check_length(length: int, max_frame_bytes: int) -> None:
@@ -245,12 +255,13 @@ def encode_frame(kind: int, op: int, request_id: int, body: Buffer = b"",
 
 
 class FrameWriter:
-    """Collects frames and hands them out as one buffer, so many frames cost one write.
+    """Collects frames and hands them out together, so many frames cost one write.
 
-    Bodies are referenced, not copied, until `take()` joins everything once.
+    Bodies are referenced, not copied: small frames are joined once by `take()`; a writer holding a large
+    part (a READ answer's or a push's entries, a view of the store) hands out its parts for one writev.
     """
 
-    __slots__ = ("max_frame_bytes", "version", "_parts", "_frames", "_nbytes")
+    __slots__ = ("max_frame_bytes", "version", "_parts", "_frames", "_nbytes", "_gather")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, version: int = PROTOCOL_VERSION) -> None:
         self.max_frame_bytes = max_frame_bytes
@@ -258,10 +269,11 @@ class FrameWriter:
         self._parts: list[Buffer] = []
         self._frames = 0
         self._nbytes = 0
+        self._gather = False  # a part large enough that joining it would cost more than a writev
 
-    def add(self, kind: int, op: int, request_id: int, body: Buffer = b"") -> None:
+    def add(self, kind: int, op: int, request_id: int, body: Body = b"") -> None:
         """Append one frame; ValueError if it would exceed max_frame_bytes or a field is out of range."""
-        n = len(body)
+        n = sum(map(len, body)) if isinstance(body, list) else len(body)
         if n + MIN_LENGTH > self.max_frame_bytes:
             raise ValueError(f"frame body of {n} bytes exceeds max_frame_bytes {self.max_frame_bytes}")
         try:
@@ -269,15 +281,17 @@ class FrameWriter:
         except struct.error as e:
             raise ValueError(f"frame field out of range: {e}") from None
         parts = self._parts
-        if n:
-            parts.append(header)
+        parts.append(header)
+        if isinstance(body, list):
+            parts += body
+        elif n:
             parts.append(body)
-        else:
-            parts.append(header)
+        if n >= GATHER_BYTES:
+            self._gather = True
         self._frames += 1
         self._nbytes += HEADER_SIZE + n
 
-    def extend(self, frames: Iterable[tuple[int, int, int, Buffer]]) -> None:
+    def extend(self, frames: Iterable[tuple[int, int, int, Body]]) -> None:
         """Add many (kind, op, request_id, body) frames."""
         for kind, op, rid, body in frames:
             self.add(kind, op, rid, body)
@@ -291,14 +305,21 @@ class FrameWriter:
         """Bytes waiting."""
         return self._nbytes
 
-    def take(self) -> bytes:
-        """Everything added so far as one bytes object; the writer is empty afterwards."""
+    @property
+    def gathers(self) -> bool:
+        """Does a large part wait? Then write `take_parts()` with writelines rather than `take()`."""
+        return self._gather
+
+    def take_parts(self) -> list[Buffer]:
+        """Everything added so far, as parts in order; the writer is empty afterwards."""
         parts = self._parts
-        if len(parts) == 1 and isinstance(parts[0], bytes):
-            data = parts[0]
-        else:
-            data = b"".join(parts)
         self._parts = []
         self._frames = 0
         self._nbytes = 0
-        return data
+        self._gather = False
+        return parts
+
+    def take(self) -> bytes:
+        """Everything added so far as one bytes object; the writer is empty afterwards."""
+        parts = self.take_parts()
+        return parts[0] if len(parts) == 1 and isinstance(parts[0], bytes) else b"".join(parts)

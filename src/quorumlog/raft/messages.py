@@ -114,7 +114,7 @@ class PushRequest:
     commit_index: int
     count: int = 0
     last_term: int = 0
-    data: bytes = b""
+    data: bytes | memoryview = b""  # a leader's view of a batch it encoded; bytes off the wire
 
 
 @dataclass(frozen=True, slots=True)

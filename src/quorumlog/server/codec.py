@@ -17,7 +17,7 @@ from typing import Any
 from ..ha.messages import HaHandshake, HaMessage, HaReport, HaTransfer, HaTruncate
 from ..net.bodies import unpack
 from ..net.errors import ProtocolError
-from ..net.frames import ONEWAY, Frame
+from ..net.frames import ONEWAY, Body, Frame
 from ..net.ops import Op, op_name
 from ..net.schemas import PEER_MESSAGES, PEER_REQUEST, PEER_RESPONSE
 from ..raft.messages import (
@@ -66,11 +66,11 @@ PeerMessage = Message | HaMessage
 HA_MESSAGES = (HaHandshake, HaReport, HaTransfer, HaTruncate)
 
 
-def encode_message(m: PeerMessage) -> tuple[int, int, bytes]:
+def encode_message(m: PeerMessage) -> tuple[int, int, Body]:
     """(op, request_id, body) of the one-way frame carrying `m`."""
     op, direction = _ROUTES[type(m)]
     schema = PEER_MESSAGES[(op, direction)]
-    return int(op), direction, schema.encode(*_GETTERS[type(m)](m))
+    return int(op), direction, schema.encode_body(*_GETTERS[type(m)](m))
 
 
 def is_peer_frame(f: Frame) -> bool:

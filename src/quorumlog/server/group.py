@@ -31,7 +31,7 @@ from ..errors import CorruptEntryError, DiskError, OutOfFilesError, ResponseCode
 from ..ha.node import HaNode
 from ..net.bodies import encode_error
 from ..net.connection import Connection
-from ..net.frames import Frame
+from ..net.frames import Body, Frame
 from ..net.schemas import APPEND_BATCH_RESPONSE, APPEND_RESPONSE, LEADERSHIP_TRANSFER_RESPONSE
 from ..raft.appends import AppendRequest
 from ..raft.driver import Driver
@@ -473,7 +473,7 @@ class Group:
         self._executor.shutdown(wait=True)
 
 
-def _respond(a: _Append, body: bytes) -> None:
+def _respond(a: _Append, body: Body) -> None:
     a.conn.respond(Frame(0, a.frame_op, a.request_id, memoryview(b"")), body)
 
 

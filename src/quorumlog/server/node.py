@@ -21,7 +21,7 @@ from ..config import NodeConfig, is_loopback
 from ..errors import CorruptEntryError, QuorumLogError, ResponseCode
 from ..ha.node import HaNode
 from ..net.bodies import unpack
-from ..net.connection import Connection
+from ..net.connection import Connection, HandlerResult
 from ..net.errors import ProtocolError
 from ..net.frames import ONEWAY, REQUEST, Frame
 from ..net.hello import allowed
@@ -337,7 +337,7 @@ class NodeServer:
             raise UnknownGroupError(f"group {name!r} is not hosted by node {self.node_id}")
         return g
 
-    def _handle(self, conn: Connection, f: Frame) -> bytes | None:
+    def _handle(self, conn: Connection, f: Frame) -> HandlerResult:
         op = f.op
         if f.kind == ONEWAY:
             if op in PEER_OPS:
@@ -435,7 +435,7 @@ class NodeServer:
         if g.enqueue_append(conn, f, bodies, single, producer, seq, None if expected_end == -2 else expected_end):
             self._kick(g)
 
-    def _promote(self, conn: Connection, f: Frame, g: Group, target: str, epoch: int, force: bool) -> bytes | None:
+    def _promote(self, conn: Connection, f: Frame, g: Group, target: str, epoch: int, force: bool) -> HandlerResult:
         node = g.node
         if not isinstance(node, HaNode):
             raise QuorumLogError(f"group {g.name} is a Raft group: use LEADERSHIP_TRANSFER", ResponseCode.UNSUPPORTED)

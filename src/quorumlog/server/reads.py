@@ -36,7 +36,7 @@ def read_committed(store: LogStore, start: int, max_entries: int, max_bytes: int
     return data, start + n, committed
 
 
-def get_committed(store: LogStore, index: int) -> bytes:
+def get_committed(store: LogStore, index: int) -> bytes | memoryview:
     """One committed entry, encoded (control entries too: GET names an index)."""
     if index < store.begin_index:
         raise IndexBelowBeginError(f"index {index} is below this node's first index {store.begin_index}")

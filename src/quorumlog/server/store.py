@@ -26,11 +26,11 @@ class NodeStore(FileStore):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         self.io_lock = threading.RLock()  # re-entrant: expire() and close() checkpoint and flush
-        self._raw_cache: dict[tuple[int, int, int], tuple[bytes, int]] = {}
+        self._raw_cache: dict[tuple[int, int, int], tuple[bytes | memoryview, int]] = {}
         self._raw_cache_key: tuple[int, int] = (-2, -2)  # (end_index, begin_index) the cache is valid for
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
-    def read_raw(self, start: int, max_count: int, max_bytes: int) -> tuple[bytes, int]:
+    def read_raw(self, start: int, max_count: int, max_bytes: int) -> tuple[bytes | memoryview, int]:
         state = (self.end_index, self.begin_index)
         cache = self._raw_cache
         if state != self._raw_cache_key:

@@ -50,7 +50,7 @@ def chain_at(store: LogStore, index: int) -> int | None:
     return header_at(store, index)[6]
 
 
-def split_entries(raw: bytes, count: int) -> list[bytes]:
+def split_entries(raw: bytes | memoryview, count: int) -> list[bytes]:
     out = []
     off = 0
     mv = memoryview(raw)

@@ -159,8 +159,9 @@ class LogStore(Protocol):
         IndexOutOfRangeError below begin_index; nothing past end_index."""
         ...
 
-    def read_raw(self, start: int, max_count: int, max_bytes: int) -> tuple[bytes, int]:
-        """Encoded entries from `start` (no blanks) as one bytes-like, and how many there are.
+    def read_raw(self, start: int, max_count: int, max_bytes: int) -> tuple[bytes | memoryview, int]:
+        """Encoded entries from `start` (no blanks) as one bytes-like, and how many there are. A view
+        is of memory the store never writes again.
         IndexOutOfRangeError below begin_index (expired entries are never served); nothing past end."""
         ...
 

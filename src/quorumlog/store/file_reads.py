@@ -132,10 +132,15 @@ class FileReads:
                 if h[1] - h[8] == HEADER_SIZE else entry_at(view, rel, h)
                 for view, rel, h in self._iter_raw(start, max_count, max_bytes, include_control, True)]
 
-    def read_raw(self, start: int, max_count: int, max_bytes: int) -> tuple[bytes, int]:
+    def read_raw(self, start: int, max_count: int, max_bytes: int) -> tuple[bytes | memoryview, int]:
         parts, n = self.read_raw_parts(start, max_count, max_bytes)
         if len(parts) == 1:
-            return bytes(parts[0]), n
+            part = parts[0]
+            # A recent batch's buffer is never written again: its view needs no copy (a leader's pushes).
+            # A segment's bytes past the commit index may be rewritten by a truncation: copy those.
+            if isinstance(part, memoryview) and isinstance(part.obj, bytearray):
+                return part, n
+            return bytes(part), n
         return b"".join(parts), n
 
     def read_raw_parts(self, start: int, max_count: int, max_bytes: int,

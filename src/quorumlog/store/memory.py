@@ -302,9 +302,8 @@ class MemoryStore:
     def read_raw_parts(self, start: int, max_count: int, max_bytes: int,
                        control: bool = True) -> tuple[list[bytes | memoryview], int]:
         data, n = self.read_raw(start, max_count, max_bytes)
-        if not control:
-            data = drop_control(data)
-        return ([data] if data else []), n
+        part = data if control else drop_control(data)
+        return ([part] if part else []), n
 
     def end_pos(self, index: int) -> int:
         if index == self._begin - 1:

@@ -158,7 +158,7 @@ def checked_runs(data: SegmentList, pos: int, start: int, end: int, chain: int |
     return runs, index - start
 
 
-def drop_control(data: bytes) -> bytes:
+def drop_control(data: bytes | memoryview) -> bytes | memoryview:
     """Encoded entries minus NOOP/CONFIG ones (rare: one NOOP per term), without decoding bodies."""
     keep: list[memoryview] = []
     mv = memoryview(data)
@@ -199,9 +199,10 @@ class RecentBatches:
         while self._runs and self._runs[0][1] < index:
             self._runs.popleft()
 
-    def slice(self, index: int, max_count: int, max_bytes: int) -> tuple[bytes, int] | None:
+    def slice(self, index: int, max_count: int, max_bytes: int) -> tuple[memoryview, int] | None:
         """Encoded entries from `index` within one remembered batch, cut as read_raw cuts (whole
-        entries while the bytes before them stay under max_bytes, at least one); None if not held."""
+        entries while the bytes before them stay under max_bytes, at least one); None if not held.
+        A view, not a copy: a batch's buffer is never written again once remembered."""
         for first, last, data, positions in reversed(self._runs):
             if first <= index <= last:
                 i = index - first
@@ -209,5 +210,5 @@ class RecentBatches:
                 base = positions[0]
                 k = max(i + 1, bisect_left(positions, positions[i] + max_bytes, i, j))
                 stop = positions[k] - base if k < len(positions) else len(data)
-                return bytes(data[positions[i] - base:stop]), k - i
+                return memoryview(data)[positions[i] - base:stop], k - i
         return None
