@@ -304,8 +304,11 @@ def _token(t: dict[str, Any]) -> TokenConfig:
     return _sub(TokenConfig, {**t, "permissions": {g: frozenset(v) for g, v in perms.items()}}, "[[token]]")
 
 
-def load_node_config(path: str | Path) -> NodeConfig:
-    """Load a node's TOML file: top-level node settings, [raft] and [store] defaults, [[group]] tables."""
+def load_node_config(path: str | Path, node_id: str | None = None) -> NodeConfig:
+    """Load a node's TOML file: top-level node settings, [raft] and [store] defaults, [[group]] tables.
+
+    `node_id` (`quorumlog serve --id`) overrides the file's `id`, which may then be left out: one file
+    serves every node (a Kubernetes ConfigMap; each pod passes its own name)."""
     try:
         doc = tomllib.loads(Path(path).read_text())
     except OSError as e:
@@ -327,6 +330,10 @@ def load_node_config(path: str | Path) -> NodeConfig:
                            "[[group]]"))
     if "id" in doc:
         doc["node_id"] = doc.pop("id")
+    if node_id:
+        doc["node_id"] = node_id
+    if "node_id" not in doc:
+        raise ConfigError(f"config {path} names no node: set id = \"...\" in it, or pass --id")
     if "secret_file" in doc:  # the secret in a file of its own (permissions of its own), not in this one
         doc["secret"] = read_secret_file(doc.pop("secret_file"))
     doc["tokens"] = tuple(_token(t) for t in doc.pop("token", []))

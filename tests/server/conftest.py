@@ -120,10 +120,10 @@ def check_store(path: Path) -> dict[str, Any]:
     return dict(json.loads(r.stdout))
 
 
-async def committed_entries(addr: str, start: int = 0) -> list[tuple[int, bytes]]:
+async def committed_entries(addr: str, start: int = 0, secret: str | None = None) -> list[tuple[int, bytes]]:
     """Every committed (index, body) from `start` that the node at `addr` holds, read from that node only."""
     out: list[tuple[int, bytes]] = []
-    async with AsyncClient(addr) as reader:
+    async with AsyncClient(addr, secret=secret) as reader:
         nxt = start
         while True:
             entries, after, _committed = await reader.read_batch(nxt, 5000)

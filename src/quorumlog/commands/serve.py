@@ -13,7 +13,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--config node.toml, or from the flags (flags override the file's top-level settings). SIGTERM or "
         "Ctrl-C flushes, checkpoints and exits 0."))
     p.add_argument("--config", help="node TOML file")
-    p.add_argument("--id", dest="node_id", help="this node's id (must be in --peers)")
+    p.add_argument("--id", dest="node_id", help="this node's id (must be in --peers); with --config it replaces "
+                                                "the file's id, so one file can serve every node")
     p.add_argument("--group", action="append", help="group name(s) hosted; repeatable or comma list (default g0)")
     p.add_argument("--peers", help="every member: n0=127.0.0.1:9000,n1=127.0.0.1:9001,...")
     p.add_argument("--data-dir", help="data directory (stores live in DIR/<group>/<id>)")

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,14 +56,15 @@ class LocalNode:
     config_path: Path
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
+    host: str = "127.0.0.1"  # the address it binds, for both ports
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def admin_url(self) -> str:
-        return f"http://127.0.0.1:{self.admin_port}"
+        return f"http://{self.host}:{self.admin_port}"
 
     @property
     def alive(self) -> bool:
@@ -91,6 +92,7 @@ class LocalCluster:
     node: Mapping[str, Any] = field(default_factory=dict)  # more top-level node settings (limits)
     tokens: list[Mapping[str, Any]] = field(default_factory=list)  # [[token]] tables: name, secret, permissions
     tls_dir: Path | None = None  # mutual TLS with the certificates of `quorumlog certs init` in this directory
+    hosts: Sequence[str] = ()  # node i's address (default 127.0.0.1); beyond loopback it needs a secret or TLS
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -103,7 +105,8 @@ class LocalCluster:
             ports, admin = got[:n], got[n:]
         for i in range(n):
             d = self.root / f"n{i}"
-            self.nodes.append(LocalNode(f"n{i}", ports[i], admin[i], d, d / "node.toml", d / "node.log"))
+            host = self.hosts[i] if self.hosts else "127.0.0.1"
+            self.nodes.append(LocalNode(f"n{i}", ports[i], admin[i], d, d / "node.toml", d / "node.log", host=host))
         self.write_configs()
 
     @property
@@ -129,7 +132,7 @@ class LocalCluster:
         for node in self.nodes:
             node.data_dir.mkdir(parents=True, exist_ok=True)
             lines = [f"id = {_toml_value(node.node_id)}", f"data_dir = {_toml_value(str(node.data_dir))}",
-                     f"listen = {_toml_value(node.address)}", f"admin_listen = \"127.0.0.1:{node.admin_port}\""]
+                     f"listen = {_toml_value(node.address)}", f"admin_listen = \"{node.host}:{node.admin_port}\""]
             if self.secret:  # in a file only this user reads, named by the config
                 lines.append(f"secret_file = {_toml_value(str(self.secret_path))}")
             lines += [f"{k} = {_toml_value(v)}" for k, v in self.node.items()]

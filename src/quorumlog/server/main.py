@@ -18,13 +18,11 @@ def config_from_flags(*, config: str | None, node_id: str | None, groups: list[s
                       insecure: bool | None = None) -> NodeConfig:
     """A NodeConfig from --config, with flags overriding its top-level settings; or from flags alone."""
     if config is not None:
-        cfg = load_node_config(config)
+        cfg = load_node_config(config, node_id)  # --id before validation: the file may name another node, or none
         changes: dict[str, object] = {}
         if not listen and cfg.groups and "listen" not in _toml_keys(config):
             # No explicit listen address: the node's own address in its groups' peer list.
             listen = cfg.groups[0].peers.get(cfg.node_id)
-        if node_id:
-            changes["node_id"] = node_id
         if data_dir:
             changes["data_dir"] = Path(data_dir)
         if cluster:

@@ -1,0 +1,218 @@
+"""The deployment examples (examples/deploy, docs/deployment.md) load with the real config loader and
+the real `quorumlog serve` flags: a key that is not a setting, a peer list that differs between hosts or
+a node left without authentication fails here, not on a production host."""
+
+from __future__ import annotations
+
+import configparser
+import re
+import secrets
+import shlex
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quorumlog.cli import build_parser
+from quorumlog.config import NodeConfig, is_loopback, load_node_config
+from quorumlog.errors import ConfigError
+from quorumlog.server.main import config_from_flags
+
+DEPLOY = Path(__file__).resolve().parents[1] / "examples" / "deploy"
+HOSTS = sorted((DEPLOY / "hosts").glob("*.toml"))
+UNIT = DEPLOY / "systemd" / "quorumlog.service"
+MANIFEST = DEPLOY / "kubernetes" / "quorumlog.yaml"
+
+
+def _secret_files(doc: dict[str, Any]) -> list[str]:
+    return [d["secret_file"] for d in [doc, *doc.get("token", [])] if "secret_file" in d]
+
+
+def installed(text: str, tmp_path: Path, name: str = "node.toml") -> Path:
+    """The config as a host would have it: each secret file it names exists (under tmp_path, holding a
+    random secret), the rest of the file unchanged."""
+    for i, path in enumerate(_secret_files(tomllib.loads(text))):
+        local = tmp_path / f"secret{i}"
+        local.write_text(secrets.token_urlsafe(24) + "\n")
+        text = text.replace(f'"{path}"', f'"{local}"')
+    out = tmp_path / name
+    out.write_text(text)
+    return out
+
+
+def serve(argv: list[str]) -> NodeConfig:
+    """The NodeConfig `quorumlog <argv>` would run with, through the CLI's own parser and flag handling."""
+    args = build_parser().parse_args(argv)
+    assert args.command == "serve", argv
+    return config_from_flags(config=args.config, node_id=args.node_id, groups=args.group, peers=args.peers,
+                             data_dir=args.data_dir, admin_port=args.admin_port, cluster=args.cluster, secret=None,
+                             listen=args.listen, flush=args.flush, insecure=args.insecure)
+
+
+def assert_deployable(cfg: NodeConfig) -> None:
+    """Authenticated beyond loopback, with an admin port on the same host, and every group naming this node."""
+    host = cfg.listen.rpartition(":")[0]
+    assert not is_loopback(host)
+    assert cfg.secret is not None or cfg.tls_cert is not None, "protected mode would refuse this node"
+    assert not cfg.insecure
+    assert cfg.admin_listen is not None and cfg.admin_listen.rpartition(":")[0] == host
+    assert cfg.data_dir.is_absolute()
+    assert cfg.groups and all(cfg.node_id in g.peers for g in cfg.groups)
+
+
+def test_there_is_one_host_config_per_node_of_a_three_node_cluster() -> None:
+    assert [p.stem for p in HOSTS] == ["n0", "n1", "n2"]
+
+
+@pytest.mark.parametrize("path", HOSTS, ids=lambda p: p.stem)
+def test_each_host_config_loads_and_is_deployable(path: Path, tmp_path: Path) -> None:
+    cfg = load_node_config(installed(path.read_text(), tmp_path))
+    assert cfg.node_id == path.stem
+    assert_deployable(cfg)
+    assert cfg.tls_cert is not None and cfg.node_id in Path(cfg.tls_cert).name  # its own certificate
+    for g in cfg.groups:  # it listens where its peers look for it
+        assert g.peers[cfg.node_id] == cfg.listen
+
+
+def test_the_hosts_agree_on_groups_members_and_settings(tmp_path: Path) -> None:
+    """Nodes with different member lists refuse each other (docs/operations.md): the files must agree on
+    everything but the node's own id, addresses and certificate."""
+    cfgs = []
+    for p in HOSTS:
+        d = tmp_path / p.stem
+        d.mkdir()
+        cfgs.append(load_node_config(installed(p.read_text(), d)))
+    first = cfgs[0]
+    assert len(first.groups) == 2
+    for cfg in cfgs[1:]:
+        assert cfg.groups == first.groups
+        assert cfg.cluster == first.cluster and cfg.data_dir == first.data_dir
+        assert [t.name for t in cfg.tokens] == [t.name for t in first.tokens]
+    assert len({c.listen for c in cfgs}) == 3
+    # Each group's preferred leader on another host: the groups' writes spread over the machines.
+    assert len({g.raft.preferred_leader for g in first.groups}) == len(first.groups)
+
+
+def test_the_systemd_unit_runs_the_node_hardened_and_stops_it_gracefully(tmp_path: Path) -> None:
+    unit = configparser.ConfigParser(strict=False, interpolation=None, delimiters=("=",))
+    unit.optionxform = str  # type: ignore[assignment,method-assign]
+    unit.read_string(UNIT.read_text())
+    svc = unit["Service"]
+    argv = shlex.split(svc["ExecStart"])
+    assert Path(argv[0]).name == "quorumlog"
+    config_path = argv[argv.index("--config") + 1]
+    assert config_path == "/etc/quorumlog/node.toml"
+    assert svc["User"] != "root" and svc["User"] == svc["Group"]
+    assert svc["Restart"] == "on-failure"
+    assert int(svc["LimitNOFILE"]) >= 4 * 4096  # max_connections of the host configs, plus segment files
+    assert svc["KillSignal"] == "SIGTERM" and int(svc["TimeoutStopSec"]) >= 10
+    assert svc["ProtectSystem"] == "strict" and svc["NoNewPrivileges"] == "yes" and svc["PrivateTmp"] == "yes"
+    assert svc["CapabilityBoundingSet"] == ""
+    # Each host's config, installed where the unit expects it, runs with the unit's flags; its data
+    # directory is the one path the unit may write.
+    for p in HOSTS:
+        d = tmp_path / p.stem
+        d.mkdir()
+        local = installed(p.read_text(), d)
+        cfg = serve([a if a != config_path else str(local) for a in argv[1:]])
+        assert cfg.node_id == p.stem
+        assert_deployable(cfg)
+        assert str(cfg.data_dir) in svc["ReadWritePaths"].split()
+        assert cfg.max_connections * 4 <= int(svc["LimitNOFILE"])
+
+
+def configmap_toml(manifest: str) -> str:
+    """The ConfigMap's node.toml: the block scalar under `node.toml: |` (no YAML library needed)."""
+    lines = manifest.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "node.toml: |") + 1
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    block = []
+    for line in lines[start:]:
+        if line.strip() and len(line) - len(line.lstrip()) < indent:
+            break
+        block.append(line[indent:])
+    return "\n".join(block) + "\n"
+
+
+def test_the_kubernetes_node_config_serves_every_pod_by_its_name(tmp_path: Path) -> None:
+    """One ConfigMap file for the StatefulSet's pods: `--id <pod name>` picks the node; the peers are the
+    pods' stable names under the headless Service."""
+    text = configmap_toml(MANIFEST.read_text())
+    assert not re.search(r"^(id|node_id)\s*=", text, re.M)  # the file names no node
+    local = installed(text, tmp_path)
+    with pytest.raises(ConfigError, match="names no node"):
+        load_node_config(local)
+    for i in range(3):
+        cfg = serve(["serve", "--config", str(local), "--id", f"quorumlog-{i}"])
+        assert cfg.node_id == f"quorumlog-{i}" and cfg.listen == "0.0.0.0:9000"
+        assert_deployable(cfg)
+        for g in cfg.groups:
+            assert g.peers == {f"quorumlog-{n}": f"quorumlog-{n}.quorumlog-peers.quorumlog.svc.cluster.local:9000"
+                               for n in range(3)}
+    with pytest.raises(ConfigError, match="not a peer"):
+        serve(["serve", "--config", str(local), "--id", "quorumlog-3"])
+
+
+def test_serve_id_replaces_the_file_id_before_validation(tmp_path: Path) -> None:
+    """--id with a file naming another node: the node is the one named on the command line, and its
+    listen address is its own entry in the peer list."""
+    toml = tmp_path / "node.toml"
+    toml.write_text('id = "n0"\n[[group]]\nname = "g0"\npeers = "n0=127.0.0.1:9000,n1=127.0.0.2:9001"\n')
+    cfg = serve(["serve", "--config", str(toml), "--id", "n1"])
+    assert cfg.node_id == "n1" and cfg.listen == "127.0.0.2:9001"
+
+
+def _docs(manifest: str) -> dict[tuple[str, str], dict[str, Any]]:
+    yaml = pytest.importorskip("yaml", reason="PyYAML is not installed: the manifest's structure is not checked")
+    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(manifest) if d}
+
+
+def test_the_kubernetes_manifest_parses_and_holds_the_cluster(tmp_path: Path) -> None:
+    text = MANIFEST.read_text()
+    docs = _docs(text)
+    sts = docs[("StatefulSet", "quorumlog")]
+    ns = sts["metadata"]["namespace"]
+    assert all(d["metadata"].get("namespace", ns) == ns for d in docs.values())
+    spec = sts["spec"]
+    assert spec["replicas"] == 3 and spec["podManagementPolicy"] == "Parallel"
+    peers = docs[("Service", spec["serviceName"])]["spec"]
+    assert peers["clusterIP"] == "None" and peers["publishNotReadyAddresses"] is True
+    assert docs[("Service", "quorumlog")]["spec"].get("clusterIP") != "None"
+    pdb = docs[("PodDisruptionBudget", "quorumlog")]["spec"]
+    labels = spec["selector"]["matchLabels"]
+    assert pdb["maxUnavailable"] == 1 and pdb["selector"]["matchLabels"] == labels
+    assert peers["selector"] == labels == spec["template"]["metadata"]["labels"]
+    pod = spec["template"]["spec"]
+    (anti,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert anti["topologyKey"] == "kubernetes.io/hostname" and anti["labelSelector"]["matchLabels"] == labels
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["terminationGracePeriodSeconds"] >= 10
+    (c,) = pod["containers"]
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["resources"]["requests"] and c["resources"]["limits"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        assert c[probe]["httpGet"] == {"path": "/status", "port": "admin"}
+    assert [t["metadata"]["name"] for t in spec["volumeClaimTemplates"]] == ["data"]
+    # The container's command line, with the pod's name where Kubernetes substitutes it, is a node
+    # config whose ports, peers and files are the ones the manifest declares and mounts.
+    cm = docs[("ConfigMap", "quorumlog-config")]["data"]["node.toml"]
+    assert cm == configmap_toml(text)
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["config"]["configMap"]["name"] == "quorumlog-config"
+    secret_name = volumes["secret"]["secret"]["secretName"]
+    assert "secret" in docs[("Secret", secret_name)]["stringData"]
+    assert tomllib.loads(cm)["secret_file"] == f"{mounts['secret']}/secret"
+    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}["POD_NAME"] == "metadata.name"
+    argv = c["command"][1:] + c["args"]
+    local = installed(cm, tmp_path)
+    assert argv[argv.index("--config") + 1] == f"{mounts['config']}/node.toml"
+    for i in range(3):
+        pod_argv = [a.replace("$(POD_NAME)", f"quorumlog-{i}") for a in argv]
+        cfg = serve([str(local) if a == f"{mounts['config']}/node.toml" else a for a in pod_argv])
+        assert cfg.node_id == f"quorumlog-{i}"
+        assert cfg.listen == f"0.0.0.0:{ports['peer']}" and cfg.admin_listen == f"0.0.0.0:{ports['admin']}"
+        assert str(cfg.data_dir) == mounts["data"]
+        for g in cfg.groups:
+            assert g.peers[cfg.node_id] == f"{cfg.node_id}.{spec['serviceName']}.{ns}.svc.cluster.local:{ports['peer']}"
