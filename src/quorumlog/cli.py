@@ -14,9 +14,12 @@ from .errors import QuorumLogError
 
 
 def _check_store(args: argparse.Namespace) -> int:
+    from .progress import Phases
     from .store.verify import verify_store
 
-    report = verify_store(args.dir)
+    with Phases() as phases:  # on stderr, when it is a terminal: a large store takes a while
+        phases.start(f"checking {args.dir}", total=None)
+        report = verify_store(args.dir, progress=lambda done, total: phases.update(done, total))
     if args.json:
         print(json.dumps(report.as_json(), indent=2))
         return 1 if report.errors else 0

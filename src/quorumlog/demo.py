@@ -13,22 +13,25 @@ from rich.console import Console
 
 from .config import StoreConfig
 from .entry import HEADER_SIZE
+from .progress import Phases
 from .store.file_store import FileStore, store_dir
 from .store.verify import verify_store
 
 
 def run_demo(entries: int = 200_000) -> int:
-    console = Console()
     cfg = StoreConfig(data_segment_bytes=64 << 20, index_segment_bytes=32 << 16)
-    with tempfile.TemporaryDirectory(prefix="quorumlog-demo-") as root:
+    with tempfile.TemporaryDirectory(prefix="quorumlog-demo-") as root, Phases() as phases:
+        console = phases.output()
         path = store_dir(root, "g0", "n0")
         store = FileStore(path, cfg)
         body = b'{"page": "/home", "user": 42}'.ljust(100, b" ")
         batch = [body] * 256
+        phases.start(f"writing {entries:,} entries", total=entries)
         t0 = time.perf_counter()
         while store.end_index + 1 < entries:
             store.append(batch[: min(256, entries - store.end_index - 1)], term=1)
             store.flush()
+            phases.update(store.end_index + 1)
         secs = time.perf_counter() - t0
         store.set_committed(store.end_index - 100)
         store.checkpoint()
@@ -45,6 +48,7 @@ def run_demo(entries: int = 200_000) -> int:
             f.seek(last.pos % cfg.data_segment_bytes + HEADER_SIZE + 10)
             f.write(b"\x00" * 50)
         console.print(f"tore entry {last.index} (the last one, beyond the committed index) as a crash would")
+        phases.start("recovering the store")
         t0 = time.perf_counter()
         store = FileStore(path, cfg)
         console.print(f"recovered in {(time.perf_counter() - t0) * 1000:.1f} ms: end index {store.end_index}, "
@@ -52,7 +56,9 @@ def run_demo(entries: int = 200_000) -> int:
         for note in store.notes:
             console.print(f"  recovery: {note}")
         store.close()
-        report = verify_store(path)
+        phases.start("check-store: verifying every entry")
+        report = verify_store(path, progress=lambda done, total: phases.update(done, total))
+        phases.done()
         status = "[green]OK[/green]" if not report.errors else f"[red]{len(report.errors)} problems[/red]"
         console.print(f"check-store: {report.entries:,} entries, {report.data_bytes:,} bytes, "
                       f"digest {report.digest[:16]}…, {status}")
@@ -119,7 +125,8 @@ def run_spark_demo(seconds: float = 30.0, rate: int = 2000) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     t_start = time.monotonic()
     ctx = multiprocessing.get_context("spawn")
-    with tempfile.TemporaryDirectory(prefix="quorumlog-spark-demo-") as root:
+    with tempfile.TemporaryDirectory(prefix="quorumlog-spark-demo-") as root, Phases() as phases:
+        console = phases.output()
         store = {"data_segment_bytes": 64 << 20, "index_segment_bytes": 32 * ((64 << 20) // 200)}
         cluster = LocalCluster(Path(root) / "cluster", 3, 2, store=store)
         stop = ctx.Event()
@@ -128,6 +135,7 @@ def run_spark_demo(seconds: float = 30.0, rate: int = 2000) -> int:
         spark = None
         query = None
         try:
+            phases.start("starting a 3-node cluster")
             cluster.start()
             for g in cluster.group_names:
                 with Client(cluster.endpoints, g, retry_timeout=30.0) as c:
@@ -135,6 +143,7 @@ def run_spark_demo(seconds: float = 30.0, rate: int = 2000) -> int:
             pids = ", ".join(f"{n.node_id} pid {n.proc.pid}" for n in cluster.nodes if n.proc)
             console.print(f"[bold]cluster[/bold]: 3 nodes ({pids}), groups g0 g1, data in {root}")
             console.print("starting Spark (local[2])…")
+            phases.start("starting Spark (local[2])")
             spark = (SparkSession.builder.master("local[2]").appName("quorumlog-demo")
                      .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
                      .config("spark.ui.showConsoleProgress", "false").getOrCreate())
@@ -163,18 +172,22 @@ def run_spark_demo(seconds: float = 30.0, rate: int = 2000) -> int:
                      .option("checkpointLocation", str(Path(root) / "checkpoint"))
                      .trigger(processingTime="1 second").start())
             t_stream = time.monotonic()
+            phases.start("waiting for the first micro-batch")
             while state["batches"] == 0 and query.isActive and time.monotonic() - t_stream < 180:
                 query.awaitTermination(1)
             t_flowing = time.monotonic()
             console.print(f"the stream is flowing (first micro-batch after {t_flowing - t_stream:.0f}s)")
+            phases.start("streaming until the leader of g0 is killed", total=seconds / 3)
             while time.monotonic() < t_flowing + seconds / 3 and query.isActive:
                 query.awaitTermination(1)
+                phases.update(time.monotonic() - t_flowing)
             with Client(cluster.endpoints, "g0", retry_timeout=30.0) as c:
                 leader = c.metadata(with_nodes=False).leader
             victim = next(n for n in cluster.nodes if n.node_id == leader)
             console.print(f"[bold red]SIGKILL {victim.node_id}[/bold red] (leader of g0, pid "
                           f"{victim.proc.pid if victim.proc else '-'}) at t={time.monotonic() - t_start:.1f}s")
             t_kill = time.monotonic()
+            phases.start("waiting for g0's new leader")
             cluster.kill(cluster.nodes.index(victim), signal.SIGKILL)
             survivors = ",".join(n.address for n in cluster.nodes if n is not victim)
             new_leader = None
@@ -192,22 +205,29 @@ def run_spark_demo(seconds: float = 30.0, rate: int = 2000) -> int:
             console.print(f"[bold]g0 has a new leader[/bold]: {new_leader} after {failover:.2f}s; "
                           "the producer and the stream go on")
             end_at = t_flowing + seconds
+            phases.start("streaming on with two nodes", total=max(0.0, end_at - time.monotonic()))
+            t_rest = time.monotonic()
             while time.monotonic() < end_at and query.isActive:
                 query.awaitTermination(1)
+                phases.update(time.monotonic() - t_rest)
+            phases.start("stopping the producer")
             stop.set()
             producer.join(30)
             produced = acked.value
             console.print(f"producer stopped: {produced:,} events acknowledged; letting the stream catch up…")
+            phases.start("letting the stream catch up")
             query.processAllAvailable()
             stream_secs = time.monotonic() - t_stream
             if query.exception() is not None:
                 console.print(f"[red]the streaming query failed: {query.exception()}[/red]")
                 return 1
+            phases.start("reading the log back in one batch")
             in_log = (spark.read.format("quorumlog").option("endpoints", survivors).load()
                       .where("get_json_object(cast(body as string), '$.page') != '/warmup'").count())
             final = spark.read.parquet(table)
             row = final.where("page != '/warmup'").agg(F.sum("count")).first()
             counted = int(row[0] or 0) if row is not None else 0
+            phases.done()
             final.where("page != '/warmup'").orderBy(F.desc("count")).show(truncate=False)
             ok = counted == in_log and counted >= produced
             console.print("[bold]summary[/bold]")
@@ -222,6 +242,7 @@ def run_spark_demo(seconds: float = 30.0, rate: int = 2000) -> int:
             console.print(f"  total run time                      {time.monotonic() - t_start:.0f}s")
             return 0 if ok else 1
         finally:
+            phases.start("stopping Spark, the producer and the cluster")
             stop.set()
             if query is not None:
                 query.stop()

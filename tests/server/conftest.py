@@ -8,11 +8,14 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from quorumlog.client import AsyncClient
 from quorumlog.server.cluster import LocalCluster
@@ -139,3 +142,23 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def scrape(admin_url: str) -> dict[str, Metric]:
+    """A node's /metrics, parsed by the Prometheus client's own parser: metric families by sample name
+    (a counter's family is found under its `_total` name, a histogram's under each of its sample names)."""
+    text = urllib.request.urlopen(admin_url + "/metrics", timeout=5).read().decode()
+    out: dict[str, Metric] = {}
+    for fam in text_string_to_metric_families(text):
+        out[fam.name] = fam
+        for s in fam.samples:
+            out.setdefault(s.name, fam)
+    return out
+
+
+def metric_value(families: dict[str, Metric], name: str, **labels: str) -> float:
+    """The value of the one sample `name` whose labels include `labels`."""
+    fam = families.get(name)
+    found = [s.value for s in fam.samples if s.name == name and labels.items() <= s.labels.items()] if fam else []
+    assert len(found) == 1, f"{len(found)} samples {name}{labels} in /metrics"
+    return float(found[0])

@@ -19,7 +19,7 @@ from quorumlog.client import AsyncClient
 from quorumlog.errors import SequenceError
 from quorumlog.net.ops import Op as WireOp
 
-from .conftest import committed_entries, node_index, wait_leader
+from .conftest import committed_entries, metric_value, node_index, scrape, wait_leader
 from .history import Op, check_history, fault_leaders, record_appends
 
 CLIENTS = 4
@@ -79,8 +79,6 @@ def test_idempotent_clients_write_everything_exactly_once_through_leader_faults(
 def test_conditional_append_duplicates_and_their_counters_over_the_wire(cluster_factory: Any) -> None:
     """A conditional append names the actual last entry when it does not match; a retried sequence is
     answered with its original entries; status and /metrics count producers, duplicates and refusals."""
-    import urllib.request
-
     from quorumlog.client import Client
     from quorumlog.errors import ExpectedEndMismatchError
     from quorumlog.net.schemas import APPEND_PRODUCER_REQUEST, APPEND_RESPONSE
@@ -110,6 +108,7 @@ def test_conditional_append_duplicates_and_their_counters_over_the_wire(cluster_
     with Client(cluster.endpoints) as c:
         bodies = [e.body for e in c.read(0, 100)]
     assert bodies.count(b"once") == 1 and b"stale" not in bodies and b"gap" not in bodies
-    metrics = urllib.request.urlopen(cluster.nodes[0].admin_url + "/metrics", timeout=5).read().decode()
-    assert 'quorumlog_deduplicated_appends_total{group="g0",node="n0"} 1' in metrics, metrics
-    assert 'quorumlog_rejected_sequences_total{group="g0",node="n0",reason="out_of_order_sequence"} 1' in metrics
+    fams = scrape(cluster.nodes[0].admin_url)
+    assert metric_value(fams, "quorumlog_deduplicated_appends_total", group="g0", node="n0") == 1
+    assert metric_value(fams, "quorumlog_rejected_sequences_total", group="g0", node="n0",
+                        reason="out_of_order_sequence") == 1

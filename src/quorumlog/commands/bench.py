@@ -232,8 +232,9 @@ def _warm_up(args: argparse.Namespace) -> None:
 
 def _bench(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
 
+    from ..progress import progress as progress_bar
     from ..server.cluster import LocalCluster
 
     console = Console(stderr=True)
@@ -273,8 +274,8 @@ def _bench(args: argparse.Namespace) -> int:
         from ..net.loop import loop_factory
 
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[rate]}"),
-                          TimeRemainingColumn(), console=console, transient=True) as bar:
+            with progress_bar(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[rate]}"),
+                              TimeRemainingColumn(), console=console) as bar:
                 task = bar.add_task(f"appends of {args.size} B", total=1.0, rate="")
 
                 def progress(frac: float, rate: float) -> None:

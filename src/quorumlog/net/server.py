@@ -28,9 +28,14 @@ class RefusalLog:
     def __init__(self) -> None:
         self.count = 0
         self._seen: set[tuple[str | None, str]] = set()
+        # Told (peer id, remote host, reason) of every refusal: the node's recent events.
+        self.listener: Callable[[str | None, str, str], None] | None = None
 
     def refused(self, conn: Connection, peer_id: str | None, reason: str) -> None:
         self.count += 1
+        if self.listener is not None:
+            p = conn.peername
+            self.listener(peer_id, str(p[0]) if isinstance(p, tuple) and p else conn.remote, reason)
         key = (peer_id, reason)
         if key in self._seen:
             log.debug("refused %s again: %s", _who(conn, peer_id), reason)

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -262,6 +262,7 @@ def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int,
         else:
             console.print("authentication off (--no-auth): any local process may connect")
         console.print("Ctrl-C stops every node.")
+        _show_startup(cluster, lambda: stop)
         reported: set[str] = set()
         while not stop:
             time.sleep(0.2)
@@ -277,3 +278,24 @@ def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int,
             signal.signal(s, h)
     console.print("stopped: " + ", ".join(f"{k} exit {v}" for k, v in statuses.items()))
     return 0
+
+
+def _show_startup(cluster: LocalCluster, stopped: Callable[[], bool]) -> None:
+    """On a terminal, a spinner per node and group until each is up and led (startup_view.py), then one
+    line saying so, on stderr."""
+    from rich.console import Console
+
+    from .startup_view import watch_startup
+
+    err = Console(stderr=True)
+    t0 = time.monotonic()
+    leaders = watch_startup(cluster, err, stopped)
+    if not err.is_terminal or stopped():
+        return
+    led = ", ".join(f"{g} {leaders[g]}" for g in cluster.group_names if g in leaders)
+    missing = [g for g in cluster.group_names if g not in leaders]
+    if not missing:
+        err.print(f"[green]ready[/green] in {time.monotonic() - t0:.1f}s: leaders {led}")
+    else:
+        err.print(f"[yellow]no leader yet in {', '.join(missing)} after {time.monotonic() - t0:.0f}s[/yellow]"
+                  + (f" (leaders {led})" if led else "") + "; see the nodes' logs")

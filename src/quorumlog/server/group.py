@@ -28,6 +28,7 @@ from typing import Any
 
 from ..config import GroupConfig
 from ..errors import CorruptEntryError, DiskError, OutOfFilesError, ResponseCode
+from ..ha.messages import FRAME_HEADER, HaTransfer
 from ..ha.node import HaNode
 from ..net.bodies import encode_error
 from ..net.connection import Connection
@@ -40,6 +41,7 @@ from ..raft.node import RaftNode
 from ..raft.ready import APPEND, Completion, Ready, RoleChange
 from ..store.file_store import store_dir
 from .codec import PeerMessage
+from .events import ELECTION, RECOVERY, TRANSFER, Events
 from .metrics import Histogram
 from .store import NodeStore
 
@@ -87,20 +89,44 @@ class GroupStats:
     bytes_out: int = 0
     push_bytes_out: int = 0  # replicated to followers
     flushes: int = 0
+    leader_changes: int = 0  # a leader other than the last one known became known (the first one counts)
     core_errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (call, exception type) -> count
+
+    def doc(self) -> dict[str, Any]:
+        """The counters and latencies in the status document (a dashboard takes rates from successive ones)."""
+        return {"entries_in": self.entries_in, "bytes_in": self.bytes_in, "entries_out": self.entries_out,
+                "bytes_out": self.bytes_out, "flushes": self.flushes,
+                "append_latency_s": latency_doc(self.append_latency),
+                "commit_latency_s": latency_doc(self.commit_latency),
+                "fsync_latency_s": latency_doc(self.fsync_latency)}
+
+
+def latency_doc(h: Histogram) -> dict[str, Any]:
+    """A latency histogram in a status document: p50 and p99 since start (None: above the largest bound),
+    and the buckets, from which a reader takes quantiles over a window of its own."""
+    def q(x: float) -> float | None:
+        v = h.quantile(x)
+        return None if v == float("inf") else v
+
+    return {"count": h.count, "sum": round(h.total, 6), "p50": q(0.5), "p99": q(0.99), "bounds": list(h.bounds),
+            "counts": list(h.counts)}
 
 
 class Group:
     """A RaftNode and its store, driven by the node's event loop."""
 
     def __init__(self, node_id: str, cfg: GroupConfig, data_dir: str, send: Callable[[PeerMessage], None],
-                 on_fatal: Callable[[BaseException], None], flush_output: Callable[[], None] = lambda: None) -> None:
+                 on_fatal: Callable[[BaseException], None], flush_output: Callable[[], None] = lambda: None,
+                 events: Events | None = None) -> None:
         self.name = cfg.name
         self.cfg = cfg
         self.node_id = node_id
+        self.events = events if events is not None else Events()
         self.store = NodeStore(store_dir(data_dir, cfg.name, node_id), cfg.store, repair=True)
         for note in self.store.notes:
             log.warning("group %s: store recovery: %s", cfg.name, note)
+            self.events.record(RECOVERY, f"store recovery at start: {note}", cfg.name)
+        self.store.on_cut = lambda kind, text: self.events.record(kind, text, self.name)
         try:
             self.node: RaftNode | HaNode
             if cfg.ha.primary_backup:
@@ -132,6 +158,9 @@ class Group:
         self.commit_changed = asyncio.Event()
         self._last_commit = self.store.committed_index
         self.role_changes = 0
+        self._last_leader: str | None = None
+        self._was_recovering = self.node.recovering
+        self._event_term = self.node.term  # the term of the last role change recorded (pre-votes keep it)
 
     # -- driving the core --------------------------------------------------------------------------
     def process(self) -> None:
@@ -140,14 +169,20 @@ class Group:
             return
         if self.inbox:
             msgs, self.inbox = self.inbox, []
+            end, streamed = self.store.end_index, False
             for m in msgs:
                 if type(m) is PushRequest and m.data:
                     self.stats.bytes_in += len(m.data)
                     self.stats.entries_in += m.count
+                elif type(m) is HaTransfer and len(m.frame) > FRAME_HEADER.size:
+                    self.stats.bytes_in += len(m.frame) - FRAME_HEADER.size
+                    streamed = True
             try:
                 self.apply(self.node.step_batch(msgs, now_ms()))  # type: ignore[arg-type]  # node.py routes
             except Exception as e:
                 self.core_error("step", e)
+            if streamed:  # a backup is streamed raw log bytes: count the entries they added
+                self.stats.entries_in += max(0, self.store.end_index - end)
         if self.appends and not self._closed:
             self._propose()
 
@@ -158,6 +193,10 @@ class Group:
             self.apply(self.node.tick(now_ms()))
         except Exception as e:
             self.core_error("tick", e)
+        if self.node.recovering != self._was_recovering:
+            self._was_recovering = not self._was_recovering
+            self.events.record(RECOVERY, "recovering from damage: re-fetching entries from the peers"
+                               if self._was_recovering else "recovered: every damaged entry fetched again", self.name)
 
     def core_error(self, call: str, e: Exception) -> None:
         """An exception out of the core (or applying its output): fatal for a failed disk only."""
@@ -262,11 +301,26 @@ class Group:
             return
         if type(m) is PushRequest and m.data:
             self.stats.push_bytes_out += len(m.data)
+        elif type(m) is HaTransfer and len(m.frame) > FRAME_HEADER.size:
+            self.stats.push_bytes_out += len(m.frame) - FRAME_HEADER.size
         self._send(m)
 
     def _role_changed(self, ch: RoleChange) -> None:
         self.role_changes += 1
+        if ch.leader_id is not None and ch.leader_id != self._last_leader:
+            self._last_leader = ch.leader_id
+            self.stats.leader_changes += 1
         log.info("group %s: %s in term %d, leader %s", self.name, ch.role.name.lower(), ch.term, ch.leader_id)
+        term, leads, follows = ("epoch", "primary", "backup") if isinstance(self.node, HaNode) else \
+            ("term", "leader", "follower")
+        if ch.role == Role.LEADER:
+            text = f"became {leads} in {term} {ch.term}"
+        elif ch.role == Role.CANDIDATE:  # a pre-vote round has not raised the term yet
+            text = f"candidate in {term} {ch.term}: {'asking for votes' if ch.term > self._event_term else 'pre-vote'}"
+        else:
+            text = f"{follows} in {term} {ch.term}, {leads} {ch.leader_id or 'unknown'}"
+        self._event_term = ch.term
+        self.events.record(ELECTION, text, self.name)
 
     def _complete(self, c: Completion) -> None:
         if c.kind == APPEND:
@@ -338,6 +392,8 @@ class Group:
         if waiter is None:
             return
         conn, frame = waiter
+        outcome = f"done, {c.leader_id} leads in term {c.term}" if c.code == SUCCESS else _code_name(c.code)
+        self.events.record(TRANSFER, f"leadership transfer: {outcome}", self.name)
         if c.code == SUCCESS:
             conn.respond(frame, LEADERSHIP_TRANSFER_RESPONSE.ok(c.leader_id, c.term))
         else:
@@ -356,6 +412,7 @@ class Group:
         return True
 
     def transfer(self, conn: Connection, frame: Frame, target: str) -> None:
+        self.events.record(TRANSFER, f"leadership transfer to {target} requested", self.name)
         rid = self._next_rid
         self._next_rid += 1
         self._transfers[rid] = (conn, frame)
@@ -382,6 +439,7 @@ class Group:
             "recovering": node.recovering, "joining": node.joining, "pending_appends": self.pending_appends,
             "producers": len(node.producers),
             "peers": {pid: addr for pid, addr in self.peers.items()},
+            "stats": self.stats.doc(),
         }
         if isinstance(node, HaNode):
             doc.update(node.status())

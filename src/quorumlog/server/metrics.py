@@ -1,7 +1,6 @@
-"""Process metrics: counters, gauges and latency histograms, rendered in Prometheus text format.
-
-Kept deliberately small (no client library dependency): a histogram is a fixed list of bucket bounds and
-counts, cheap enough to observe on the hot path once per batch.
+"""The latency histogram the node keeps on its hot path: a fixed list of bucket bounds and counts, cheap
+enough to observe once per batch. /metrics exports it at scrape time (exporter.py); the hot path never
+calls the Prometheus client library.
 """
 
 from __future__ import annotations
@@ -42,54 +41,3 @@ class Histogram:
             if seen >= rank:
                 return bound
         return float("inf")
-
-
-def _labels(labels: dict[str, str]) -> str:
-    if not labels:
-        return ""
-    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
-    return "{" + inner + "}"
-
-
-def _escape(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-class Exposition:
-    """Builds one /metrics page: each metric family's HELP and TYPE once, then its samples."""
-
-    def __init__(self) -> None:
-        self._families: dict[str, tuple[str, str, list[str]]] = {}
-
-    def _family(self, name: str, kind: str, help_text: str) -> list[str]:
-        fam = self._families.get(name)
-        if fam is None:
-            fam = self._families[name] = (kind, help_text, [])
-        return fam[2]
-
-    def sample(self, name: str, kind: str, help_text: str, value: float, **labels: str) -> None:
-        self._family(name, kind, help_text).append(f"{name}{_labels(labels)} {_num(value)}")
-
-    def histogram(self, name: str, help_text: str, h: Histogram, **labels: str) -> None:
-        lines = self._family(name, "histogram", help_text)
-        cumulative = 0
-        for bound, c in zip(h.bounds, h.counts, strict=False):
-            cumulative += c
-            lines.append(f"{name}_bucket{_labels({**labels, 'le': _num(bound)})} {cumulative}")
-        lines.append(f"{name}_bucket{_labels({**labels, 'le': '+Inf'})} {h.count}")
-        lines.append(f"{name}_sum{_labels(labels)} {_num(h.total)}")
-        lines.append(f"{name}_count{_labels(labels)} {h.count}")
-
-    def render(self) -> str:
-        out = []
-        for name, (kind, help_text, lines) in self._families.items():
-            out.append(f"# HELP {name} {help_text}")
-            out.append(f"# TYPE {name} {kind}")
-            out.extend(lines)
-        return "\n".join(out) + "\n"
-
-
-def _num(v: float) -> str:
-    if isinstance(v, int) or float(v).is_integer():
-        return str(int(v))
-    return repr(float(v))

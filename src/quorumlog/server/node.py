@@ -47,7 +47,8 @@ from ..net.schemas import (
 from ..net.server import Server, serve
 from ..raft.member import members_digest
 from .codec import HA_MESSAGES, PEER_OPS, PeerMessage, decode_message
-from .group import Group, now_ms
+from .events import NODE, REFUSAL, TRANSFER, CounterWatch, Events
+from .group import Group, latency_doc, now_ms
 from .metrics import Histogram
 from .peers import PeerLinks, bind_listener, split_address
 from .reads import get_committed, read_committed
@@ -102,6 +103,8 @@ class NodeServer:
         self._admin_sock: socket.socket | None = None
         self.controller: Any = None  # controller.Controller, when a primary/backup group has one
         self.loop_lag = Histogram()  # seconds each tick woke late (admin: quorumlog_loop_lag_seconds)
+        self.events = Events()  # recent elections, recoveries, refusals... (status document, dashboard)
+        self._counters = CounterWatch()
         peers: dict[str, str] = {}
         for g in cfg.groups:
             peers.update(g.peers)
@@ -124,7 +127,7 @@ class NodeServer:
         for gcfg in self.cfg.groups:
             try:
                 self.groups[gcfg.name] = Group(self.node_id, gcfg, str(self.cfg.data_dir), self._send,
-                                               self._fatal_error, self.outbox.flush)
+                                               self._fatal_error, self.outbox.flush, self.events)
             except QuorumLogError as e:
                 await self._close_groups()
                 raise StartupError(f"cannot open the store of group {gcfg.name} under {self.cfg.data_dir}: {e}") \
@@ -177,6 +180,8 @@ class NodeServer:
             from .controller import Controller
 
             self.controller = Controller(self)
+        self.server.refusals.listener = self._hello_refused
+        self.events.record(NODE, f"node {self.node_id} started, serving {', '.join(self.groups)} on {self.listen}")
         self.links.start()
         self._tasks.append(asyncio.create_task(self._ticker(), name="tick"))
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
@@ -272,6 +277,7 @@ class NodeServer:
         while True:
             await asyncio.sleep(HOUSEKEEPING_S / 10)
             now = time.monotonic()
+            self._watch_counters()
             for g in self.groups.values():
                 if now >= next_cp[g.name]:
                     next_cp[g.name] = now + g.cfg.store.checkpoint_interval_ms / 1000
@@ -289,6 +295,23 @@ class NodeServer:
                         continue
                     if removed:
                         log.info("group %s: expired %d entries", g.name, removed)
+
+    def _watch_counters(self) -> None:
+        """Limits hit and HELLOs a peer refused since the last look become events."""
+        server, watch = self.server, self._counters
+        if server is not None:
+            for limit, what in (("connections", "connections refused: max_connections reached"),
+                                ("requests", "connections held unread: max_requests_per_connection reached"),
+                                ("output", "connections held unread: max_output_bytes_per_connection reached")):
+                n = watch.increase(f"limit {limit}", server.limits[limit])
+                if n:
+                    self.events.record(REFUSAL, f"{n} {what}")
+        for pid, ep in self.links.links.items():
+            if watch.increase(f"refused by {pid}", ep.refusals):
+                self.events.record(REFUSAL, f"peer {pid} refused this node's HELLO: {ep.last_error}")
+
+    def _hello_refused(self, peer_id: str | None, host: str, reason: str) -> None:
+        self.events.record(REFUSAL, f"refused HELLO of {peer_id or 'a connection'} from {host}: {reason}")
 
     # -- the per-iteration step --------------------------------------------------------------------
     def _kick(self, group: Group) -> None:
@@ -330,6 +353,8 @@ class NodeServer:
         """The hosted group `name`, if `conn` has one of the permissions `needs` in it (hello.allowed)."""
         perms = conn.permissions if conn is not None else None
         if perms is not None and not any(allowed(perms, name, n) for n in needs):
+            self.events.record(REFUSAL, f"permission denied: {conn.peer_id if conn else '?'} may not "
+                               f"{'/'.join(needs)}", name if name in self.groups else None)
             raise PermissionDeniedError(f"{conn.peer_id if conn else '?'} may not {'/'.join(needs)} in group "
                                         f"{name!r} (node {self.node_id}): nothing was done")
         g = self.groups.get(name)
@@ -451,6 +476,7 @@ class NodeServer:
             raise QuorumLogError(f"epoch {epoch} is not above {self.node_id}'s epoch {node.epoch} in group {g.name}",
                                  ResponseCode.EXPIRED_TERM)
         g.apply(node.promote(epoch, now_ms()))
+        self.events.record(TRANSFER, f"{self.node_id} promoted to primary of epoch {epoch}", g.name)
         log.warning("group %s: %s promoted to primary of epoch %d", g.name, self.node_id, epoch)
         return PROMOTE_RESPONSE.ok(self.node_id, epoch)
 
@@ -484,7 +510,10 @@ class NodeServer:
             "peers_connected": self.links.connected(),
             "peer_refusals": self.links.refusals(),  # our HELLOs each peer refused
             "hello_refusals": self.server.refusals.count if self.server is not None else 0,  # we refused
+            "loop_lag_s": latency_doc(self.loop_lag),
             "groups": {g.name: g.status() for g in groups},
+            # Oldest first; asked for one group (a token may see no other), that group's only.
+            "events": [e for e in self.events.recent() if group is None or e["group"] == group],
         }
 
 

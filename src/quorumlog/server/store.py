@@ -11,9 +11,11 @@ sync.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from ..store.checkpoint import StableState
 from ..store.file_store import FileStore
+from .events import RECOVERY, RESET
 
 
 class NodeStore(FileStore):
@@ -28,6 +30,8 @@ class NodeStore(FileStore):
         self.io_lock = threading.RLock()  # re-entrant: expire() and close() checkpoint and flush
         self._raw_cache: dict[tuple[int, int, int], tuple[bytes | memoryview, int]] = {}
         self._raw_cache_key: tuple[int, int] = (-2, -2)  # (end_index, begin_index) the cache is valid for
+        # Told (kind, text) of every cut once the store is open: the node's events (events.py).
+        self.on_cut: Callable[[str, str], None] | None = None
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def read_raw(self, start: int, max_count: int, max_bytes: int) -> tuple[bytes | memoryview, int]:
@@ -63,24 +67,39 @@ class NodeStore(FileStore):
             super().checkpoint()
 
     def truncate_after(self, index: int) -> None:
+        end = self.end_index
         with self.io_lock:
             self._raw_cache.clear()
             super().truncate_after(index)
+        self._report_cut(RESET, end, f"log truncated after entry {index} to match the leader's")
 
     def discard_after(self, index: int) -> None:
+        end = self.end_index
         with self.io_lock:
             self._raw_cache.clear()
             super().discard_after(index)
+        self._report_cut(RESET, end, f"log cut after entry {index}, to be fetched again from the primary")
 
     def reset(self, begin_index: int, begin_pos: int, begin_chain: int, begin_term: int) -> None:
         with self.io_lock:
             self._raw_cache.clear()
             super().reset(begin_index, begin_pos, begin_chain, begin_term)
+        if self.on_cut is not None:
+            self.on_cut(RESET, f"log reset to start at the leader's first entry {begin_index}")
 
     def mark_damaged(self, index: int, reason: str) -> None:
+        end = self.end_index
         with self.io_lock:
             self._raw_cache.clear()
             super().mark_damaged(index, reason)
+        if self.on_cut is not None:
+            self.on_cut(RECOVERY, f"damaged entry {index} ({reason}): cut {end - self.end_index} entries, "
+                        "re-fetching them from the peers")
+
+    def _report_cut(self, kind: str, end_before: int, text: str) -> None:
+        dropped = end_before - self.end_index
+        if dropped > 0 and self.on_cut is not None:
+            self.on_cut(kind, f"{text}: {dropped} entries dropped")
 
     def expire(self, safe_index: int, now_s: float) -> int:
         with self.io_lock:

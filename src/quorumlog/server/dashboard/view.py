@@ -1,0 +1,236 @@
+"""The whole cluster as one node sees it: this node's status and every other member's, fetched with
+STATUS over the quorumlog protocol, folded into one document for the dashboard (`/api/cluster`).
+
+Each member is asked concurrently on a connection of its own that stays open between polls (a
+reconnecting Endpoint, with the credentials the node's peer links use: the shared secret, mutual TLS
+with this node's certificate). A member that is not connected, refuses, or does not answer within
+STATUS_TIMEOUT_S is shown as down for that poll; it never holds the others up. Pages polling at the
+same time share one round of requests. The connections are closed once no page has asked for a while.
+
+Everything a member sends is checked for its type before use (docs.py): a member running another
+version, or a broken one, shows as such instead of breaking the page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from ...net.bodies import decode_response
+from ...net.endpoint import Endpoint
+from ...net.ops import Op
+from ...net.schemas import STATUS_REQUEST, STATUS_RESPONSE
+from ..peers import split_address
+from .docs import GroupDoc, NodeDoc, parse_status
+from .history import History
+
+if TYPE_CHECKING:
+    from ..node import NodeServer
+
+STATUS_TIMEOUT_S = 1.0  # a member slower than this is shown as down for this poll
+MIN_INTERVAL_S = 0.5  # pages polling within this of the last round get its document
+IDLE_CLOSE_S = 60.0  # no page asked for this long: the connections to the members are closed
+LAGGING_ENTRIES = 1000  # a follower this far behind the leader's end ...
+LAGGING_SAMPLES = 3  # ... in this many successive polls is marked lagging (a burst is not)
+MAX_EVENTS = 150
+VIEW_EVENTS = 50  # members seen going down or coming back, by this node
+
+
+class ClusterView:
+    """Polled by the dashboard's page through `snapshot()`; one per admin server."""
+
+    def __init__(self, node: NodeServer) -> None:
+        self.node = node
+        self.history = History()
+        self._endpoints: dict[str, Endpoint] = {}
+        self._last: dict[str, Any] | None = None
+        self._last_at = 0.0
+        self._round: asyncio.Future[dict[str, Any]] | None = None
+        self._idle: asyncio.TimerHandle | None = None
+        self._closing: asyncio.Task[None] | None = None
+        self._known: dict[str, NodeDoc] = {}  # each member's last good status (its events once it is down)
+        self._up: dict[str, bool] = {}
+        self._view_events: deque[dict[str, Any]] = deque(maxlen=VIEW_EVENTS)
+
+    # -- polling -----------------------------------------------------------------------------------
+    async def snapshot(self) -> dict[str, Any]:
+        """The cluster document: a fresh round of STATUS requests, or the last one if it is recent."""
+        loop = asyncio.get_running_loop()
+        self._touch(loop)
+        if self._last is not None and loop.time() - self._last_at < MIN_INTERVAL_S:
+            return self._last
+        if self._round is None:
+            self._round = asyncio.ensure_future(self._collect())
+            self._round.add_done_callback(self._round_done)
+        # Shielded: a page that goes away mid-round does not cancel the round other pages wait for.
+        return await asyncio.shield(self._round)
+
+    def _round_done(self, fut: asyncio.Future[dict[str, Any]]) -> None:
+        self._round = None
+        if not fut.cancelled() and fut.exception() is None:
+            self._last = fut.result()
+            self._last_at = asyncio.get_running_loop().time()
+
+    async def _collect(self) -> dict[str, Any]:
+        node = self.node
+        members = sorted(node.peer_addresses)
+        others = [m for m in members if m != node.node_id]
+        answers = await asyncio.gather(*(self._fetch(m) for m in others))
+        docs: dict[str, NodeDoc] = {node.node_id: parse_status(node.node_id, node.status())}
+        errors: dict[str, str] = {}
+        for m, (doc, error) in zip(others, answers, strict=True):
+            if doc is not None:
+                docs[m] = doc
+            else:
+                errors[m] = error or "no answer"
+        self._note_up_down(members, docs, errors)
+        return self._document(members, docs, errors)
+
+    async def _fetch(self, member: str) -> tuple[NodeDoc | None, str | None]:
+        ep = self._endpoint(member)
+        if not ep.connected and ep.last_error is not None:
+            return None, _reason(ep.last_error)  # it failed last time and is not back: say so at once
+        try:
+            frame = await ep.request(Op.STATUS, STATUS_REQUEST.encode(None), timeout=STATUS_TIMEOUT_S)
+            status = decode_response(STATUS_RESPONSE, frame.body).status
+        except Exception as e:  # whatever a member does (refuses, hangs, sends garbage) is its state, not ours
+            return None, _reason(e)
+        doc = parse_status(member, status)
+        if doc.node != member:
+            return None, f"answered as node {doc.node!r}: check its address in the config"
+        return doc, None
+
+    def _endpoint(self, member: str) -> Endpoint:
+        ep = self._endpoints.get(member)
+        if ep is None:
+            cfg = self.node.cfg
+            host, port = split_address(self.node.peer_addresses[member])
+            # The node's own identity and credentials: with mutual TLS its certificate names it.
+            ep = Endpoint(host, port, cluster=cfg.cluster, node_id=self.node.node_id, secret=cfg.secret,
+                          max_frame_bytes=cfg.max_frame_bytes, connect_timeout=STATUS_TIMEOUT_S,
+                          backoff_initial=0.05, backoff_max=1.0, name=f"{member} (dashboard)")
+            if cfg.tls_cert is not None:
+                from ...tls import client_context
+
+                ep.use_tls(client_context(cfg.tls_ca or "", cfg.tls_cert, cfg.tls_key), expect_identity=member)
+            self._endpoints[member] = ep
+            ep.start()
+        return ep
+
+    def _touch(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+        self._idle = loop.call_later(IDLE_CLOSE_S, self._on_idle)
+
+    def _on_idle(self) -> None:
+        self._idle = None
+        self._closing = asyncio.ensure_future(self._close_endpoints())
+
+    async def _close_endpoints(self) -> None:
+        eps, self._endpoints = list(self._endpoints.values()), {}
+        for ep in eps:
+            with contextlib.suppress(Exception):
+                await ep.close()
+
+    async def close(self) -> None:
+        """Close every connection to the members (the admin server is stopping)."""
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+        if self._round is not None:
+            self._round.cancel()
+        await self._close_endpoints()
+
+    # -- the document ------------------------------------------------------------------------------
+    def _note_up_down(self, members: list[str], docs: dict[str, NodeDoc], errors: dict[str, str]) -> None:
+        for m in members:
+            up = m in docs
+            if up:
+                self._known[m] = docs[m]
+            was = self._up.get(m)
+            self._up[m] = up
+            if was is not None and was != up:
+                text = f"{m} answers again" if up else f"{m} is down: {errors.get(m, '')}"
+                self._view_events.append({"t": round(time.time(), 3), "kind": "node", "group": None,
+                                          "text": f"seen from {self.node.node_id}: {text}", "count": 1,
+                                          "node": self.node.node_id})
+
+    def _document(self, members: list[str], docs: dict[str, NodeDoc], errors: dict[str, str]) -> dict[str, Any]:
+        hist = self.history
+        nodes = []
+        for m in members:
+            doc = docs.get(m)
+            entry: dict[str, Any] = {"id": m, "address": self.node.peer_addresses[m], "self": m == self.node.node_id,
+                                     "up": doc is not None, "error": errors.get(m)}
+            if doc is not None:
+                series = hist.node(m)
+                series.add(doc.uptime_s, {}, doc.hists)
+                entry.update(uptime_s=doc.uptime_s, admin=doc.admin, loop_lag_s=series.quantiles("loop_lag"),
+                             peers_connected=doc.peers_connected)
+            nodes.append(entry)
+        groups = [self._group(name, members, docs) for name in self._group_names(docs)]
+        for g in groups:
+            for r in g["replicas"]:
+                if r.get("role") == "leader" and r["node"] == g["leader"]:
+                    next(n for n in nodes if n["id"] == r["node"]).setdefault("leads", []).append(g["name"])
+        return {"cluster": self.node.cfg.cluster, "served_by": self.node.node_id, "generated_at": time.time(),
+                "nodes": nodes, "groups": groups, "events": self._events(docs)}
+
+    def _group_names(self, docs: dict[str, NodeDoc]) -> list[str]:
+        names = dict.fromkeys(g.name for g in self.node.cfg.groups)
+        for d in docs.values():
+            names.update(dict.fromkeys(d.groups))
+        return list(names)
+
+    def _group(self, name: str, members: list[str], docs: dict[str, NodeDoc]) -> dict[str, Any]:
+        cfg = next((g for g in self.node.cfg.groups if g.name == name), None)
+        # Its members as this node's config has them (a group it does not host: every node answering).
+        own = list(cfg.peers) if cfg is not None else [m for m in members if m in docs and name in docs[m].groups]
+        here = {m: docs[m].groups[name] for m in own if m in docs and name in docs[m].groups}
+        leaders = [g for g in here.values() if g.role == "leader"]
+        leader = max(leaders, key=lambda g: g.term) if leaders else None
+        replicas = []
+        for m in sorted(own):
+            g = here.get(m)
+            if g is None:  # down, or up without this group (its config differs)
+                replicas.append({"node": m, "up": m in docs, "missing": m in docs})
+                continue
+            replicas.append(self._replica(m, g, leader, docs[m].uptime_s))
+        hist = self.history
+        rates: dict[str, float | None] = {"entries_s": None, "bytes_s": None}
+        if leader is not None:
+            series = hist.replica(leader.node, name)
+            rates = {"entries_s": series.rate("entries_in"), "bytes_s": series.rate("bytes_in")}
+        return {"name": name, "replication": next((g.replication for g in here.values()), "raft"),
+                "leader": leader.node if leader is not None else None,
+                "term": max((g.term for g in here.values()), default=None), **rates,
+                "spark": hist.group_point(name, rates), "replicas": replicas}
+
+    def _replica(self, m: str, g: GroupDoc, leader: GroupDoc | None, uptime_s: float) -> dict[str, Any]:
+        series = self.history.replica(m, g.name)
+        series.add(uptime_s, {"entries_in": g.entries_in, "bytes_in": g.bytes_in}, g.hists)
+        lag: int | None = None
+        if leader is not None:
+            lag = 0 if leader.node == m else leader.peer_lag.get(m, max(0, leader.end - g.end))
+        series.flagged = series.flagged + 1 if lag is not None and lag > LAGGING_ENTRIES else 0
+        return {"node": m, "up": True, "role": g.role, "term": g.term, "leader": g.leader, "begin": g.begin,
+                "end": g.end, "committed": g.committed, "durable": g.durable, "pending": g.pending,
+                "recovering": g.recovering, "lag": lag, "lagging": series.flagged >= LAGGING_SAMPLES,
+                "entries_s": series.rate("entries_in"), "bytes_s": series.rate("bytes_in"),
+                "fsync_s": series.quantiles("fsync"), "commit_s": series.quantiles("commit")}
+
+    def _events(self, docs: dict[str, NodeDoc]) -> list[dict[str, Any]]:
+        out = list(self._view_events)
+        for m, d in self._known.items():
+            live = docs.get(m, d)
+            out += [{**e, "node": m} for e in live.events[-MAX_EVENTS:]]
+        out.sort(key=lambda e: e["t"], reverse=True)
+        return out[:MAX_EVENTS]
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    return text if len(text) <= 200 else text[:199] + "…"
