@@ -20,7 +20,7 @@ TOKENS = [
 
 
 def test_tokens_and_permissions(cluster_factory: Any) -> None:
-    cluster = cluster_factory(nodes=3, secret="cluster-5ecret", tokens=TOKENS)
+    cluster = cluster_factory(nodes=3, groups=2, secret="cluster-5ecret", tokens=TOKENS)
     eps = cluster.endpoints
     with Client(eps, group="g0", secret="w-5ecret", token="writer", retry_timeout=20) as w:
         first = w.append(b"from the writer")
@@ -34,6 +34,12 @@ def test_tokens_and_permissions(cluster_factory: Any) -> None:
         with pytest.raises(QuorumLogError) as admin:
             r.transfer_leader("n1")
         assert admin.value.code == ResponseCode.PERMISSION_DENIED
+        # STATUS of what it may read, and of nothing else
+        assert set(r.node_status(cluster.nodes[0].address, all_groups=True)["groups"]) == {"g0"}
+    with Client(eps, group="g1", secret="r-5ecret", token="reader", retry_timeout=20) as r1, \
+            pytest.raises(QuorumLogError) as hidden:
+        r1.node_status(cluster.nodes[0].address, all_groups=False)
+    assert hidden.value.code == ResponseCode.PERMISSION_DENIED
     with Client(eps, group="g0", secret="cluster-5ecret", retry_timeout=20) as full:  # the cluster's secret: all
         assert full.metadata(with_nodes=False).leader is not None
         assert all(e.body != b"not allowed" for e in full.read(0, end + 10))

@@ -173,3 +173,19 @@ def test_batch_partitions_default_to_replicas_times_cores(monkeypatch: pytest.Mo
     assert len(make_partitions(any_, view, {"g0": 0}, {"g0": 600_001})) == 1
     sized = parse_source_options({"endpoints": "h:0", "readFrom": "any", "maxEntriesPerPartition": "250000"})
     assert len(make_partitions(sized, view, {"g0": 0}, {"g0": 600_001}, by_replicas=True)) == 3
+
+
+def test_read_from_followers_leaves_the_leader_as_the_last_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    followers = parse_source_options({"endpoints": "h:0", "readFrom": "followers"})
+    view = {"g0": _view("g0", (600_000, 600_000, 600_000), leader=1)}
+    parts = make_partitions(followers, view, {"g0": 0}, {"g0": 600_001}, by_replicas=True)
+    assert len(parts) == 4  # two followers, two cores
+    assert sorted(p.task.nodes[0] for p in parts) == ["h:0", "h:0", "h:2", "h:2"]
+    assert all(p.task.nodes[2] == "h:1" for p in parts)
+    # No follower has committed the range yet: the leader reads it.
+    behind = {"g0": _view("g0", (10, 600_000, 10), leader=1)}
+    parts = make_partitions(followers, behind, {"g0": 0}, {"g0": 600_001}, by_replicas=True)
+    assert {p.task.nodes[0] for p in parts} == {"h:1"}
+    # A stream's one partition per group goes to a follower as well.
+    assert make_partitions(followers, view, {"g0": 0}, {"g0": 600_001})[0].task.nodes[0] in ("h:0", "h:2")

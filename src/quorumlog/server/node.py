@@ -423,9 +423,19 @@ class NodeServer:
             return UNTAIL_RESPONSE.ok()
         if op == Op.STATUS:
             r = STATUS_REQUEST.decode(f.body)
-            for name in [r.group] if r.group is not None else list(self.groups):
-                self._group(name, conn, "admin")
-            return STATUS_RESPONSE.ok(self.status(r.group))
+            if r.group is not None:
+                self._group(r.group, conn, "read", "admin")
+                return STATUS_RESPONSE.ok(self.status(r.group))
+            # Every group the connection may read or administer (a reader plans its reads by the replicas'
+            # indexes); refused only when that is none.
+            perms = conn.permissions
+            visible = [n for n in self.groups
+                       if perms is None or allowed(perms, n, "read") or allowed(perms, n, "admin")]
+            if self.groups and not visible:
+                self._group(next(iter(self.groups)), conn, "read", "admin")  # raises PERMISSION_DENIED
+            doc = self.status()
+            doc["groups"] = {n: doc["groups"][n] for n in visible}
+            return STATUS_RESPONSE.ok(doc)
         if op == Op.PROMOTE:
             r = PROMOTE_REQUEST.decode(f.body)
             return self._promote(conn, f, self._group(r.group, conn, "admin"), r.target, r.epoch, r.force)

@@ -15,7 +15,9 @@ __all__ = ["register"]
 
 
 def register(spark: Any) -> None:
-    """Register the "quorumlog" format with a SparkSession."""
+    """Register the "quorumlog" format with a SparkSession. When Spark would start Python workers with a
+    `python3` from PATH that cannot import quorumlog, a local-mode session's workers are given this
+    interpreter instead, and another master gets a warning naming PYSPARK_PYTHON (logger quorumlog.spark)."""
     from .source import register as _register
 
     _register(spark)

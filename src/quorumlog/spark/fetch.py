@@ -65,7 +65,7 @@ def read_range(opts: SourceOptions, task: RangeTask) -> Iterator[pa.RecordBatch]
     """The normal entries of task.group with indexes in [task.start, task.end), in index order."""
     if task.end <= task.start:
         return
-    client = Client(opts.endpoints, task.group, cluster=opts.cluster, secret=opts.secret,
+    client = Client(opts.endpoints, task.group, **opts.auth.client_kwargs(),
                     request_timeout=opts.request_timeout)
     try:
         yield from _read(client, opts, task)

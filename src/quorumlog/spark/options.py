@@ -9,11 +9,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..client import parse_endpoints
 from ..client.aio import PRODUCER_WINDOW
 from ..errors import QuorumLogError
+from ..tls import client_context
 
 N = TypeVar("N", int, float)
 
@@ -24,6 +25,24 @@ class OptionError(ValueError):
     def __init__(self, option: str, problem: str) -> None:
         super().__init__(f"quorumlog option '{option}': {problem}")
         self.option = option
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """How the executors prove themselves to the nodes: the cluster's name and either its shared secret or
+    a client token's (`token` names it), and the files of mutual TLS (on every executor, at these paths)."""
+
+    cluster: str = "quorumlog"
+    secret: str | None = None
+    token: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of a Client or AsyncClient (the TLS context made here, where it is used)."""
+        tls = client_context(self.tls_ca, self.tls_cert, self.tls_key) if self.tls_ca else None
+        return {"cluster": self.cluster, "secret": self.secret, "token": self.token, "tls": tls}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +59,9 @@ class SourceOptions:
     max_entries_per_partition: int | None
     min_partitions: int | None
     fail_on_data_loss: bool
-    read_from: str  # "leader" | "any"
+    read_from: str  # "leader" | "followers" | "any"
     check_crc: bool
-    cluster: str
-    secret: str | None
+    auth: Credentials
     request_timeout: float
     read_timeout: float
 
@@ -57,8 +75,7 @@ class SinkOptions:
     max_batch_entries: int
     max_batch_bytes: int
     max_in_flight: int
-    cluster: str
-    secret: str | None
+    auth: Credentials
     request_timeout: float
     retry_timeout: float
 
@@ -164,10 +181,9 @@ def parse_source_options(raw: Mapping[str, str]) -> SourceOptions:
         max_entries_per_partition=o.integer("maxEntriesPerPartition"),
         min_partitions=o.integer("minPartitions"),
         fail_on_data_loss=o.flag("failOnDataLoss", True),
-        read_from=o.choice("readFrom", ("leader", "any"), "leader"),
+        read_from=o.choice("readFrom", ("leader", "followers", "any"), "leader"),
         check_crc=o.flag("checkCrc", True),
-        cluster=o.text("cluster", "quorumlog") or "quorumlog",
-        secret=o.text("secret"),
+        auth=_credentials(o),
         request_timeout=o.seconds("requestTimeout", 10.0),
         read_timeout=o.seconds("readTimeout", 60.0),
     )
@@ -186,11 +202,21 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
         max_batch_entries=max_entries,
         max_batch_bytes=max_bytes,
         max_in_flight=max_in_flight,
-        cluster=o.text("cluster", "quorumlog") or "quorumlog",
-        secret=o.text("secret"),
+        auth=_credentials(o),
         request_timeout=o.seconds("requestTimeout", 10.0),
         retry_timeout=o.seconds("retryTimeout", 30.0),
     )
+
+
+def _credentials(o: _Options) -> Credentials:
+    token, ca, cert, key = o.text("token"), o.text("tlsCa"), o.text("tlsCert"), o.text("tlsKey")
+    if token is not None and o.text("secret") is None:
+        raise OptionError("token", "a token needs its secret: set the secret option to the token's secret")
+    if (cert is None) != (key is None):
+        raise OptionError("tlsCert" if cert is None else "tlsKey", "tlsCert and tlsKey go together")
+    if cert is not None and ca is None:
+        raise OptionError("tlsCa", "a client certificate needs the cluster's CA to check the nodes by")
+    return Credentials(o.text("cluster", "quorumlog") or "quorumlog", o.text("secret"), token, ca, cert, key)
 
 
 def _number(name: str, text: str, convert: Callable[[str], N], ok: Callable[[N], bool], expected: str) -> N:

@@ -28,17 +28,21 @@ class QuorumLogPartition(InputPartition):
 
 
 # Without maxEntriesPerPartition or minPartitions, a group's range is cut into one piece per replica that
-# serves it (readFrom=any; the leader alone otherwise) per core, in pieces of at least this many indexes.
+# serves it (readFrom=any or followers; the leader alone otherwise) per core, in pieces of at least this
+# many indexes.
 MIN_DEFAULT_PIECE = 50_000
 
 
 def _serving(view: GroupView, end: int, read_from: str) -> list[Replica]:
     """The replicas a range ending before `end` is read from first: the leader ("leader", when there is
-    one), or every replica that has committed the whole range ("any"; the most advanced one if none)."""
+    one), the followers that have committed the whole range ("followers"; as "any" when none has), or
+    every replica that has ("any"; the most advanced one if none)."""
     if read_from == "leader" and view.leader is not None:
         return [view.leader]
-    return [r for r in view.replicas if r.committed + 1 >= end] or \
-        sorted(view.replicas, key=lambda r: (-r.committed, r.node_id))[:1]
+    ready = [r for r in view.replicas if r.committed + 1 >= end]
+    if read_from == "followers":
+        ready = [r for r in ready if not r.leader] or ready
+    return ready or sorted(view.replicas, key=lambda r: (-r.committed, r.node_id))[:1]
 
 
 def default_pieces(view: GroupView | None, start: int, end: int, read_from: str, cores: int) -> int:
@@ -48,14 +52,17 @@ def default_pieces(view: GroupView | None, start: int, end: int, read_from: str,
 
 
 def replica_order(view: GroupView, end: int, read_from: str, load: dict[str, int], prev: str | None) -> tuple[str, ...]:
-    """Nodes to read a range ending before `end` from: first the leader ("leader"), or ("any") of the
-    replicas that have committed the whole range the one with the least `load` (indexes given to it so
-    far) that is not `prev` (the node of the partition before, which Spark runs beside this one);
-    every other replica follows as a fallback."""
+    """Nodes to read a range ending before `end` from: first the leader ("leader"), or ("followers",
+    "any") of the replicas `_serving` names the one with the least `load` (indexes given to it so far)
+    that is not `prev` (the node of the partition before, which Spark runs beside this one); every other
+    replica follows as a fallback (the most advanced first; "followers": the leader last)."""
     by_commit = sorted(view.replicas, key=lambda r: (-r.committed, r.node_id))
     serving = _serving(view, end, read_from)
     first = min([r for r in serving if r.address != prev] or serving, key=lambda r: load.get(r.address, 0))
-    return tuple(r.address for r in [first] + [r for r in by_commit if r is not first])
+    rest = [r for r in by_commit if r is not first]
+    if read_from == "followers":
+        rest.sort(key=lambda r: r.leader)  # the other followers take over first
+    return tuple(r.address for r in [first, *rest])
 
 
 def make_partitions(opts: SourceOptions, view: Mapping[str, GroupView], start: Mapping[str, int],

@@ -15,6 +15,7 @@ from pyspark.sql.types import StructType
 
 from .arrow import SCHEMA_DDL
 from .options import parse_sink_options, parse_source_options
+from .workers import ensure_worker_python
 
 
 class QuorumLogDataSource(DataSource):
@@ -53,5 +54,7 @@ class QuorumLogDataSource(DataSource):
 
 
 def register(spark: Any) -> None:
-    """Register the "quorumlog" format with a SparkSession."""
+    """Register the "quorumlog" format with a SparkSession, first making sure (workers.py) that its Python
+    workers run an interpreter that imports quorumlog when that can be known and fixed from here."""
+    ensure_worker_python(spark)  # before registering: the data source carries the interpreter to run
     spark.dataSource.register(QuorumLogDataSource)

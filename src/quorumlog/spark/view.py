@@ -48,7 +48,7 @@ class GroupView:
 
 
 async def _view(opts: SourceOptions) -> dict[str, GroupView]:
-    client = AsyncClient(opts.endpoints, cluster=opts.cluster, secret=opts.secret,
+    client = AsyncClient(opts.endpoints, **opts.auth.client_kwargs(),
                          request_timeout=opts.request_timeout)
     try:
         asked: set[str] = set()

@@ -86,8 +86,8 @@ class _Appender:
     def _client(self, group: str) -> Client:
         c = self.clients.get(group)
         if c is None:
-            c = self.clients[group] = Client(self.opts.endpoints, group, cluster=self.opts.cluster,
-                                             secret=self.opts.secret, request_timeout=self.opts.request_timeout,
+            c = self.clients[group] = Client(self.opts.endpoints, group, **self.opts.auth.client_kwargs(),
+                                             request_timeout=self.opts.request_timeout,
                                              retry_timeout=self.opts.retry_timeout,
                                              producer_id=producer_id(*self.key, group))
         return c
