@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 
 from ..config import HaConfig, RaftConfig
 from ..errors import CorruptEntryError, ResponseCode
-from ..raft.appends import AppendRequest
+from ..raft.appends import AppendRequest, RequestId
 from ..raft.messages import Role
 from ..raft.producers import ProducerTable
 from ..raft.ready import APPEND, TRANSFER, Completion, Ready, RoleChange
@@ -89,6 +89,10 @@ class HaNode:
 
     def peer_match(self, peer: str) -> int:
         return self.primary.backup_acked(peer) if self.primary is not None else -1
+
+    def waiting_requests(self) -> list[RequestId]:
+        """The request ids of the client appends this primary has not answered yet."""
+        return self.primary.appends.waiting() if self.primary is not None else []
 
     def status(self) -> dict[str, object]:
         doc: dict[str, object] = {"replication": "primary-backup", "ack": self.cfg.ack, "epoch": self.epoch,

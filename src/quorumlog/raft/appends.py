@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..config import RaftConfig
 from ..entry import HEADER, MAGIC_NORMAL, pack_meta
@@ -25,12 +26,18 @@ _REFUSALS = {GAP: ResponseCode.OUT_OF_ORDER_SEQUENCE, UNKNOWN: ResponseCode.UNKN
              TOO_OLD: ResponseCode.SEQUENCE_TOO_OLD}
 
 
+# The caller's handle of a request, carried to its Completion untouched: an int the node assigns (the
+# simulator), or the server's own record of the request (its connection and frame), so that the core's
+# pending appends are the only table of requests waiting for their answer.
+RequestId = Any
+
+
 @dataclass(slots=True)
 class AppendRequest:
     """One client request: its bodies, and optionally its producer (> 0) and sequence, and the index of
     the group's last client entry it expects (-1: an empty group)."""
 
-    request_id: int
+    request_id: RequestId
     bodies: Sequence[bytes]
     producer: int = 0
     seq: int = -1
@@ -39,7 +46,7 @@ class AppendRequest:
 
 @dataclass(slots=True)
 class PendingAppend:
-    request_id: int
+    request_id: RequestId
     first_index: int
     last_index: int
     positions: Sequence[int]
@@ -143,7 +150,7 @@ class Appends:
             self._last_client, self._last_client_at = index, end
         return self._last_client
 
-    def _duplicate(self, request_id: int, first: int, count: int, now: int, commit: int, out: Ready) -> None:
+    def _duplicate(self, request_id: RequestId, first: int, count: int, now: int, commit: int, out: Ready) -> None:
         self.stats["append_duplicates"] += 1
         last = first + count - 1
         if first < self.store.begin_index:
@@ -168,7 +175,7 @@ class Appends:
             off += h[1]
         return Completion(p.request_id, SUCCESS, APPEND, p.first_index, p.last_index, term, positions, self.node_id)
 
-    def _fail(self, request_id: int, code: ResponseCode) -> Completion:
+    def _fail(self, request_id: RequestId, code: ResponseCode) -> Completion:
         self.stats[f"append_{code.name.lower()}"] += 1
         return Completion(request_id, int(code), term=self.term, leader_id=self.node_id)
 
@@ -210,3 +217,7 @@ class Appends:
         self.stats["append_term_changed"] += len(waits)
         self.pending.clear()
         self.duplicates = []
+
+    def waiting(self) -> list[RequestId]:
+        """The requests written or recognised and not answered yet, oldest first."""
+        return [p.request_id for p in self.pending] + [p.request_id for p in self.duplicates]

@@ -24,7 +24,7 @@ from ..errors import (
     ResponseCode,
 )
 from ..store.base import LogStore
-from .appends import AppendRequest
+from .appends import AppendRequest, RequestId
 from .elector import Elector
 from .handler import EntryHandler
 from .joining import BOOTSTRAP, JOIN, Joiner, opens_first_election
@@ -129,8 +129,7 @@ class RaftNode:
     def can_vote(self) -> bool:
         return self.recover_floor is None and self.joiner is None
 
-    def can_lead(self) -> bool:
-        return self.recover_floor is None and self.joiner is None
+    can_lead = can_vote  # the same conditions (a planted-bug test replaces can_vote alone)
 
     def expiry_safe_index(self, now_ms: int, member_timeout_ms: int) -> int:
         """The highest index this node may expire up to: its commit index, and on a leader no more than
@@ -142,6 +141,9 @@ class RaftNode:
 
     def peer_match(self, peer: str) -> int:
         return self.leader.peer_match(peer) if self.leader is not None else -1
+
+    def waiting_requests(self) -> list[RequestId]:
+        return self.leader.appends.waiting() if self.leader is not None else []
 
     # -- inputs --------------------------------------------------------------------------------
     def tick(self, now_ms: int) -> Ready:
@@ -244,12 +246,10 @@ class RaftNode:
         return self._finish(out, before)
 
     # -- plumbing ------------------------------------------------------------------------------
-    def _request_id(self, request_id: int | None) -> int:
-        if request_id is not None:
-            return request_id
-        rid = self._next_request_id
-        self._next_request_id += 1
-        return rid
+    def _request_id(self, request_id: RequestId | None) -> RequestId:
+        if request_id is None:
+            request_id, self._next_request_id = self._next_request_id, self._next_request_id + 1
+        return request_id
 
     def _begin(self) -> tuple[Ready, tuple[Role, int, str | None]]:
         m = self.member

@@ -43,7 +43,7 @@ class Completion:
     entry for EXPECTED_END_MISMATCH.
     """
 
-    request_id: int
+    request_id: Any  # the caller's handle of the request (see appends.RequestId)
     code: int
     kind: str = APPEND
     first_index: int = -1
@@ -71,7 +71,7 @@ class Ready:
     completions: list[Completion] = field(default_factory=list)
     must_flush: bool = False
     changes: list[RoleChange] = field(default_factory=list)
-    request_id: int | None = None  # the id a propose/transfer_leader call was given or assigned
+    request_id: Any = None  # the id a propose/transfer_leader call was given or assigned
 
     @property
     def empty(self) -> bool:

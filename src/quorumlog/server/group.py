@@ -146,7 +146,6 @@ class Group:
         self.inbox: list[PeerMessage] = []
         self._held: list[PeerMessage] | None = None  # messages waiting for a term or vote to be durable
         self.appends: list[_Append] = []
-        self._waiting: dict[int, _Append] = {}  # request id -> append given to the core
         self._transfers: dict[int, tuple[Connection, Frame]] = {}
         self._next_rid = 1
         self.driver = Driver(self.node, self._send_message, self._complete, self._role_changed, self._start_flush)
@@ -213,32 +212,28 @@ class Group:
                       self.stats.core_errors[key], type(e).__name__, e, exc_info=e)
 
     def _propose(self) -> None:
-        """Hand the queued appends to the core in one call (one run in the log, one flush), each with a
-        request id of its own: the core judges each (producer, expected end) and answers each."""
+        """Hand the queued appends to the core in one call (one run in the log, one flush): the core judges
+        each (producer, expected end) and answers each. Each request's id is its _Append, so the core's
+        pending appends are the one table of what waits for an answer."""
         requests: list[AppendRequest] = []
         count = size = 0
         queued = self.appends
         taken = 0
-        waiting = self._waiting
-        rid = self._next_rid
         for a in queued:
             if requests and (count + len(a.bodies) > MAX_PROPOSAL_ENTRIES or size > MAX_PROPOSAL_BYTES):
                 break
-            requests.append(AppendRequest(rid, a.bodies, a.producer, a.seq, a.expected_end))
-            waiting[rid] = a
-            rid += 1
+            requests.append(AppendRequest(a, a.bodies, a.producer, a.seq, a.expected_end))
             count += len(a.bodies)
             size += sum(map(len, a.bodies))
             taken += 1
-        self._next_rid = rid
         self.appends = queued[taken:]
         try:
             ready = self.node.propose_many(requests, now_ms(), time.time_ns() // 1_000_000)
         except Exception as e:
             # The store may hold the entries already: an uncertain outcome, never a plain retry.
             for r in requests:
-                self._fail_waiting(r.request_id, ResponseCode.TERM_CHANGED, f"append failed in group {self.name} "
-                                   f"on {self.node_id}: {type(e).__name__}: {e}")
+                _respond(r.request_id, encode_error(ResponseCode.TERM_CHANGED, f"append failed in group "
+                         f"{self.name} on {self.node_id}: {type(e).__name__}: {e}", None))
             self.core_error("propose", e)
             return
         self.stats.entries_in += count
@@ -363,9 +358,7 @@ class Group:
 
     # -- completions -------------------------------------------------------------------------------
     def _complete_append(self, c: Completion) -> None:
-        a = self._waiting.pop(c.request_id, None)
-        if a is None:
-            return
+        a: _Append = c.request_id
         now = time.perf_counter()
         st = self.stats
         st.append_latency.observe(now - a.t0)
@@ -450,7 +443,7 @@ class Group:
 
     @property
     def pending_appends(self) -> int:
-        return len(self.appends) + len(self._waiting)
+        return len(self.appends) + self.proposals_waiting
 
     # -- housekeeping ------------------------------------------------------------------------------
     def checkpoint(self) -> None:
@@ -501,12 +494,7 @@ class Group:
     @property
     def proposals_waiting(self) -> int:
         """Appends handed to the core and not answered yet."""
-        return len(self._waiting)
-
-    def _fail_waiting(self, rid: int, code: ResponseCode, reason: str) -> None:
-        a = self._waiting.pop(rid, None)
-        if a is not None:
-            _respond(a, encode_error(code, reason, None))
+        return len(self.node.waiting_requests())
 
     async def close(self) -> None:
         """Answer what still waits, then flush and checkpoint (store.close) in the worker thread.
@@ -520,10 +508,10 @@ class Group:
             return
         self.stop_appends()
         self._closed = True
-        for rid in list(self._waiting):
-            self._fail_waiting(rid, ResponseCode.TERM_CHANGED,
-                               f"node {self.node_id} shut down before the append was known "
-                               f"committed (group {self.name}); it may still commit")
+        body = encode_error(ResponseCode.TERM_CHANGED, f"node {self.node_id} shut down before the append was "
+                            f"known committed (group {self.name}); it may still commit", None)
+        for a in self.node.waiting_requests():
+            _respond(a, body)
         for conn, frame in self._transfers.values():
             conn.respond_error(frame, ResponseCode.NETWORK_ERROR, f"node {self.node_id} is shutting down")
         self._transfers.clear()

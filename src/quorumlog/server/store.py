@@ -21,34 +21,15 @@ from .events import RECOVERY, RESET
 class NodeStore(FileStore):
     """FileStore whose flush/checkpoint (worker thread) never overlap truncate/expire (loop thread).
 
-    It also remembers its last few `read_raw` results while the log's end is unchanged: a leader's
-    dispatchers read the same range for every follower in the same step, and each read checks every
-    entry's CRCs, which is the leader's largest per-entry cost after encoding.
+    Its one read cache is the store's: the batches a leader encoded last (store/reader.py RecentBatches),
+    which its dispatchers push to every follower as views, neither copied nor checked again.
     """
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         self.io_lock = threading.RLock()  # re-entrant: expire() and close() checkpoint and flush
-        self._raw_cache: dict[tuple[int, int, int], tuple[bytes | memoryview, int]] = {}
-        self._raw_cache_key: tuple[int, int] = (-2, -2)  # (end_index, begin_index) the cache is valid for
         # Told (kind, text) of every cut once the store is open: the node's events (events.py).
         self.on_cut: Callable[[str, str], None] | None = None
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-
-    def read_raw(self, start: int, max_count: int, max_bytes: int) -> tuple[bytes | memoryview, int]:
-        state = (self.end_index, self.begin_index)
-        cache = self._raw_cache
-        if state != self._raw_cache_key:
-            cache.clear()
-            self._raw_cache_key = state
-        key = (start, max_count, max_bytes)
-        hit = cache.get(key)
-        if hit is not None:
-            return hit
-        result = super().read_raw(start, max_count, max_bytes)
-        if len(cache) >= 8:
-            cache.clear()
-        cache[key] = result
-        return result
 
     def _save_stable(self, state: StableState) -> None:
         """Term and vote changes are taken at once and written by `persist_stable()` in the group's worker
@@ -69,20 +50,17 @@ class NodeStore(FileStore):
     def truncate_after(self, index: int) -> None:
         end = self.end_index
         with self.io_lock:
-            self._raw_cache.clear()
             super().truncate_after(index)
         self._report_cut(RESET, end, f"log truncated after entry {index} to match the leader's")
 
     def discard_after(self, index: int) -> None:
         end = self.end_index
         with self.io_lock:
-            self._raw_cache.clear()
             super().discard_after(index)
         self._report_cut(RESET, end, f"log cut after entry {index}, to be fetched again from the primary")
 
     def reset(self, begin_index: int, begin_pos: int, begin_chain: int, begin_term: int) -> None:
         with self.io_lock:
-            self._raw_cache.clear()
             super().reset(begin_index, begin_pos, begin_chain, begin_term)
         if self.on_cut is not None:
             self.on_cut(RESET, f"log reset to start at the leader's first entry {begin_index}")
@@ -90,7 +68,6 @@ class NodeStore(FileStore):
     def mark_damaged(self, index: int, reason: str) -> None:
         end = self.end_index
         with self.io_lock:
-            self._raw_cache.clear()
             super().mark_damaged(index, reason)
         if self.on_cut is not None:
             self.on_cut(RECOVERY, f"damaged entry {index} ({reason}): cut {end - self.end_index} entries, "
