@@ -10,7 +10,8 @@ STAMP := $(VENV)/.installed
 # test). Installed when missing and root; without them those tests skip and say why.
 SYSTEM_PACKAGES := chromium chromium-driver iproute2
 
-$(STAMP): pyproject.toml
+# The C extension (native/) is built by the install: an edit to it installs again.
+$(STAMP): pyproject.toml setup.py $(wildcard native/*.c native/*.h)
 	if [ "$$(id -u)" = 0 ] && ! (command -v chromium && command -v chromedriver && command -v ip) >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null; fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,10 +21,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# After the suite, the store tests again on the pure-Python hot paths (QUORUMLOG_PURE=1, quorumlog.hotpath): the
+# reference of the C ones, and what runs where the extension is not built.
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks fuzz
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
+	QUORUMLOG_PURE=1 $(BIN)/python -m pytest -q tests/store tests/test_hotpath.py::test_native_is_active
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks fuzz

@@ -19,6 +19,7 @@ import atheris
 with atheris.instrument_imports():
     from quorumlog.entry import check_entry, decode_entries
     from quorumlog.errors import CorruptEntryError, InvalidArgumentError
+    from quorumlog.hotpath import verify_run as hot_verify_run  # the C version when built
     from quorumlog.net import schemas
     from quorumlog.net.bodies import decode_response
     from quorumlog.net.errors import ProtocolError, ResponseError
@@ -72,7 +73,8 @@ def entries(data: bytes) -> None:
     buf = fdp.ConsumeBytes(fdp.remaining_bytes())
     for call in (lambda: decode_entries(buf, MAX_BODY, chain),
                  lambda: check_entry(buf, 0, chain, MAX_BODY),
-                 lambda: verify_run(buf, first, 0, chain, 0, 1 << 20, MAX_BODY)):
+                 lambda: verify_run(buf, first, 0, chain, 0, 1 << 20, MAX_BODY),
+                 lambda: hot_verify_run(buf, first, 0, chain, 0, 1 << 20, MAX_BODY)):
         with contextlib.suppress(CorruptEntryError, InvalidArgumentError):
             call()
 

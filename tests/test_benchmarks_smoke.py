@@ -22,6 +22,14 @@ def test_benchmark_script_runs(args: list[str]) -> None:
     assert "entries/s" in done.stdout
 
 
+def test_hotpath_benchmark_runs() -> None:
+    """Python against C for the per-entry hot paths (the C column is "-" where the extension is not built)."""
+    done = subprocess.run([sys.executable, str(BENCH / "hotpath_bench.py"), "--batch", "64", "--repeat", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("encode_run") == 2 and "checked_runs" in done.stdout
+
+
 def test_failover_benchmark_runs_one_round() -> None:
     """The controller failover benchmark (a real 3-node primary/backup cluster, one SIGKILLed primary)."""
     done = subprocess.run([sys.executable, str(BENCH / "failover_bench.py"), "--rounds", "1"], capture_output=True,

@@ -3,9 +3,10 @@ they point at, and read back with every CRC checked."""
 
 from __future__ import annotations
 
+from .. import hotpath
 from ..entry import HEADER, HEADER_SIZE, INDEX_UNIT, INDEX_UNIT_SIZE, VALID_MAGICS, Entry, entry_at
 from ..errors import CorruptEntryError, IndexOutOfRangeError
-from .reader import RecentBatches, checked_runs, drop_control, read_checked
+from .reader import RecentBatches, drop_control, read_checked
 from .recovery import WalkError, walk
 from .segments import SegmentList
 
@@ -162,8 +163,8 @@ class FileReads:
         if count < max_count and (used < max_bytes or not count) and index <= self._end:
             pos = self._unit(index)[1]
             try:
-                runs, n = checked_runs(self.data, pos, index, self._end, self._prev_chain(index), max_count - count,
-                                       max_bytes - used, control, self._max_body)
+                runs, n = hotpath.checked_runs(self.data, pos, index, self._end, self._prev_chain(index),
+                                               max_count - count, max_bytes - used, control, self._max_body)
             except CorruptEntryError as e:
                 raise CorruptEntryError(f"{self.dir}: {e}", index=e.index) from None
             parts += runs

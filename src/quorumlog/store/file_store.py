@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
+from .. import hotpath
 from ..config import StoreConfig
 from ..entry import (
     BLANK,
@@ -29,7 +30,6 @@ from ..entry import (
     MAGIC_NORMAL,
     META_SIZE,
     check_metas,
-    encode_run,
 )
 from ..errors import (
     CorruptEntryError,
@@ -39,7 +39,7 @@ from ..errors import (
     OutOfFilesError,
     StoreError,
 )
-from .base import Appended, Damage, check_bodies, place, verify_run
+from .base import Appended, Damage, check_bodies, place
 from .checkpoint import Checkpoint, StableState, check_token, read_checkpoint, write_checkpoint
 from .dirlock import DirLock
 from .file_cuts import FileCuts
@@ -333,7 +333,7 @@ class FileStore(FileCuts):
 
     def _write_run(self, bodies: Sequence[bytes], magic: int, first: int, term: int, pos: int,
                    positions: list[int], metas: Mapping[int, bytes] | None) -> None:
-        data, units, chain = encode_run(bodies, magic, first, term, pos, self._chain, positions, metas)
+        data, units, chain = hotpath.encode_run(bodies, magic, first, term, pos, self._chain, positions, metas)
         self.data.write(pos, data)
         self._write_units(first, units)
         self._chain = chain
@@ -361,7 +361,7 @@ class FileStore(FileCuts):
     def append_encoded_metas(self, data: bytes | bytearray | memoryview) -> tuple[int, list[tuple[int, bytes]]]:
         self._check_writable()
         self._check_space()
-        run, metas = verify_run(data, self._end + 1, self._write_pos, self._chain, self._end_term,
+        run, metas = hotpath.verify_run(data, self._end + 1, self._write_pos, self._chain, self._end_term,
                                 self._seg, self._max_body)
         if not run:
             return self._end, metas

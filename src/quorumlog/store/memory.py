@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from .. import hotpath
 from ..config import StoreConfig
 from ..entry import HEADER_SIZE, MAGIC_NORMAL, Entry, check_entry, check_metas, encode_entry, entry_at
 from ..errors import CorruptEntryError, IndexOutOfRangeError, InvalidArgumentError, StoreError
-from .base import Appended, Damage, check_bodies, check_reset, expiry_point, place, verify_run
+from .base import Appended, Damage, check_bodies, check_reset, expiry_point, place
 from .checkpoint import check_token
 from .reader import drop_control
 
@@ -127,7 +128,7 @@ class MemoryStore:
 
     def append_encoded_metas(self, data: bytes | bytearray | memoryview) -> tuple[int, list[tuple[int, bytes]]]:
         prev_chain = self._chains[-1] if self._chains else self._begin_chain
-        run, metas = verify_run(data, self.end_index + 1, self._write_pos, prev_chain, self.end_term,
+        run, metas = hotpath.verify_run(data, self.end_index + 1, self._write_pos, prev_chain, self.end_term,
                                 self._seg, self._max_body)
         mv = memoryview(data)
         for off, pos, size, _index, term, _magic in run:
