@@ -60,3 +60,34 @@ def test_the_filler_never_overwrites_what_the_writer_wrote(tmp_path: Path, monke
     finally:
         seg.close()
     assert not [t for t in threading.enumerate() if t.name.startswith("fill:")], "the filler outlived close()"
+
+
+class _Recording(OsFiles):
+    def __init__(self) -> None:
+        self.writes: list[tuple[int, int]] = []  # (offset, length) of every pwrite into a segment
+
+    def pwrite(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+        self.writes.append((offset, len(data)))
+        super().pwrite(fd, data, offset)
+
+
+def test_writes_end_on_a_page_boundary_with_zeros_after_the_data(tmp_path: Path) -> None:
+    """A write ends its last page with zeros (no read of that page from disk before it is written): the
+    bytes past the data read as zeros, stale ones included, and nothing past that page or the segment's
+    end is touched."""
+    files = _Recording()
+    size = 5 * 4096 + 100  # a segment that does not end on a page
+    seg = SegmentList(str(tmp_path), size, files, preallocate=False)
+    try:
+        seg.write(0, b"s" * (3 * 4096))  # stale bytes that a truncation left past the log's end
+        seg.write(100, b"a" * 5000)  # ends at 5100, inside the second page
+        assert bytes(seg.view(0, 100)) == b"s" * 100
+        assert bytes(seg.view(100, 5000)) == b"a" * 5000
+        assert bytes(seg.view(5100, 8192 - 5100)) == bytes(8192 - 5100)  # padded to the page's end
+        assert bytes(seg.view(8192, 4096)) == b"s" * 4096  # the next page untouched
+        assert all((off + n) % 4096 == 0 for off, n in files.writes)
+        seg.write(5 * 4096, b"z" * 50)  # the segment's last, partial page: padded to the segment's end only
+        assert bytes(seg.view(5 * 4096, 100)) == b"z" * 50 + bytes(50)
+        assert files.writes[-1] == (5 * 4096, 100)
+    finally:
+        seg.close()

@@ -25,6 +25,8 @@ SPARE_SUFFIX = ".spare"  # segments allocated ahead by earlier versions: removed
 FILL_AHEAD = 32 << 20  # bytes zero-filled ahead of the write position
 FILL_CHUNK = 1 << 20
 FILL_ALIGN = 4096  # O_DIRECT writes whole blocks
+PAGE = 4096  # appends end on a page boundary (zeros after the data): see SegmentList.write
+_ZEROS = memoryview(bytes(PAGE))
 FILL_PAUSE_S = 0.002  # between chunks once the window is half full: the appends keep most of the disk
 
 
@@ -254,17 +256,35 @@ class SegmentList:
         end = offset + len(data)
         if rel + len(data) > self.size:
             raise StoreError(f"{self.dir}: write of {len(data)} bytes at {offset} crosses a segment end")
-        if end <= self._filled:  # below the filler's mark: it never writes there
-            self.files.pwrite(seg.fd, data, rel)
+        # The last page is written whole, zeros after the data (what the filler left there, or stale
+        # bytes past the log's end): a page partly written that is not in the page cache (the filler's
+        # zeros bypass it) is first read from disk, synchronously, which doubled a batch's pwrite.
+        tail_at = end - end % PAGE
+        pad = min(tail_at + PAGE, seg.start + self.size) - end if end != tail_at else 0
+        written = end + pad
+        if written <= self._filled:  # below the filler's mark: it never writes there
+            self._pwrite_paged(seg.fd, data, rel, tail_at - offset, pad)
         else:
             with self._fill_lock:
-                self.files.pwrite(seg.fd, data, rel)
-                self._filled = max(self._filled, end)
+                self._pwrite_paged(seg.fd, data, rel, tail_at - offset, pad)
+                self._filled = max(self._filled, written)
         self._write_end = end
         with self._dirty_lock:
             self.dirty.add(seg)
         if self._filled < end + FILL_AHEAD // 2:
             self._wake_filler()
+
+    def _pwrite_paged(self, fd: int, data: bytes | bytearray | memoryview, rel: int, cut: int, pad: int) -> None:
+        """pwrite data at rel, the part from `cut` on (in the last page) together with `pad` zeros."""
+        if pad == 0:
+            self.files.pwrite(fd, data, rel)
+            return
+        view = memoryview(data)
+        if cut > 0:
+            self.files.pwrite(fd, view[:cut], rel)
+        else:
+            cut = 0
+        self.files.pwrite(fd, b"".join((view[cut:], _ZEROS[:pad])), rel + cut)
 
     def zero(self, offset: int, end: int) -> None:
         """Write zeros over [offset, end) within existing segments (stale bytes must not survive)."""
