@@ -4,7 +4,6 @@ checkpoint, and attempts of one task run at once and again."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -29,6 +28,7 @@ from quorumlog.spark.writer import QuorumLogArrowWriter
 
 from . import stream_sink_job
 from .conftest import wait_until
+from .drivers import kill_session
 
 # Spark's Python workers cannot import the test modules: what they run from them travels by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -103,31 +103,6 @@ def test_python_worker_killed_during_a_batch_write(spark: SparkSession, shared_c
                                                             for i in range(4000))
 
 
-def _session_pids(sid: int) -> list[int]:
-    """Live processes of session `sid`: a driver started in a session of its own, its JVM, the JVM's
-    Python workers (whose daemon moves to a process group of its own, but not to another session)."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-        except OSError:
-            continue
-        state, _ppid, _pgrp, session = stat.rsplit(")", 1)[1].split()[:4]
-        if int(session) == sid and state != "Z":
-            pids.append(int(d))
-    return pids
-
-
-def _kill_session(proc: subprocess.Popen[bytes]) -> None:
-    for pid in _session_pids(proc.pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    proc.wait(10)
-    wait_until(lambda: not _session_pids(proc.pid), 30, f"the processes of session {proc.pid} to end")
-
-
 def test_stream_driver_killed_mid_batch_and_restarted_from_checkpoint(
         spark: SparkSession, shared_cluster: LocalCluster, tmp_path: Path) -> None:
     src, ckpt, out = tmp_path / "in", tmp_path / "ckpt", tmp_path / "driver.log"
@@ -145,7 +120,7 @@ def test_stream_driver_killed_mid_batch_and_restarted_from_checkpoint(
                    "micro-batch 0 to be partly written")
         assert driver.poll() is None, out.read_text(errors="replace")[-3000:]
     finally:
-        _kill_session(driver)  # the driver, its JVM and its Python workers, at once
+        kill_session(driver)  # the driver, its JVM and its Python workers, at once
     written = _next(shared_cluster, "g0") - start
     assert (ckpt / "offsets" / "0").exists() and not (ckpt / "commits" / "0").exists()
     assert 0 < written < 2 * per_file, "not killed in the middle of micro-batch 0"

@@ -4,8 +4,6 @@ process of its own; and the decisions for each setting, against real interpreter
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import shutil
 import subprocess
@@ -19,7 +17,7 @@ from quorumlog.spark.workers import DEFAULT_PYTHON, Decision, decide, workers_ca
 
 from . import python_workers_job
 from .conftest import append_bodies
-from .test_spark_exactly_once import _kill_session
+from .drivers import run_driver
 
 VERSION = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
@@ -57,24 +55,14 @@ def test_a_driver_whose_path_python3_lacks_quorumlog_reads(foreign_path: str, ne
     append_bodies(cluster, "g0", [b"w-%d" % i for i in range(300)])
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")}
     env.update(PATH=foreign_path, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOCAL_DIRS=str(tmp_path), TMPDIR=str(tmp_path))
-    out = tmp_path / "driver.log"
-    with out.open("wb") as log:
-        driver = subprocess.Popen([sys.executable, python_workers_job.__file__, cluster.endpoints, "g0",
-                                   str(tmp_path / "ckpt")], cwd=tmp_path, env=env, stdout=log,
-                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            driver.wait(180)
-    finally:
-        _kill_session(driver)
-    text = out.read_text(errors="replace")
-    assert driver.returncode == 0, text[-4000:]
-    result = json.loads(next(line for line in text.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
+    result = run_driver(python_workers_job.__file__, [cluster.endpoints, "g0", str(tmp_path / "ckpt")],
+                        cwd=tmp_path, env=env, log=tmp_path / "driver.log")
     # Without register(), Spark's workers run python3 from PATH, and fail.
     assert result["python_exec_before"] == DEFAULT_PYTHON
     assert "No module named 'quorumlog'" in result.get("unregistered_error", ""), result
     # register() gave the workers this interpreter, said so, and both queries read every entry.
     assert result["python_exec_after"] == sys.executable
+    text = (tmp_path / "driver.log").read_text(errors="replace")  # the driver's warning
     assert f"they now run this driver's interpreter {sys.executable}" in text
     assert "PYSPARK_PYTHON" in text
     assert result["count"] == 300 and result["stream_count"] == 300

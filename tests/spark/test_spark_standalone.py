@@ -4,7 +4,6 @@ from a driver process of its own (standalone_job.py), so that its JVM is not the
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -25,7 +24,7 @@ from quorumlog.server.cluster import LocalCluster, free_ports
 
 from . import standalone_job
 from .conftest import append_bodies, leader_of, wait_until
-from .test_spark_exactly_once import _kill_session
+from .drivers import kill_session, run_driver
 
 pytestmark = pytest.mark.slow
 
@@ -91,7 +90,7 @@ class StandaloneSpark:
     def stop(self) -> None:
         """Every process of the workers' sessions (executors included), then the master's."""
         for name in sorted(self.procs, reverse=True):
-            _kill_session(self.procs[name])
+            kill_session(self.procs[name])
 
 
 @pytest.fixture
@@ -135,20 +134,9 @@ def test_batch_and_stream_reads_on_a_standalone_cluster(standalone: StandaloneSp
 
     work = standalone.root / "driver"
     work.mkdir()
-    log = standalone.root / "logs" / "driver.out"
-    with log.open("wb") as out:
-        driver = subprocess.Popen([sys.executable, standalone_job.__file__, standalone.url, cluster.endpoints, "g0",
-                                   str(work)], cwd=work, env={**standalone.env, "SPARK_LOCAL_DIRS": str(work)},
-                                  stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  start_new_session=True)
-    try:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            driver.wait(180)
-    finally:
-        _kill_session(driver)
-    text = log.read_text(errors="replace")
-    assert driver.returncode == 0, text[-4000:] + standalone.log_tail()
-    result = json.loads(next(line for line in text.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
+    result = run_driver(standalone_job.__file__, [standalone.url, cluster.endpoints, "g0", str(work)], cwd=work,
+                        env={**standalone.env, "SPARK_LOCAL_DIRS": str(work)},
+                        log=standalone.root / "logs" / "driver.out", context=standalone.log_tail())
 
     # Exact: every body once, in both queries.
     want = {"count": ENTRIES, "crc32_sum": sum(zlib.crc32(b) for b in bodies), "bytes": sum(map(len, bodies))}
