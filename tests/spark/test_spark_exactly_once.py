@@ -107,7 +107,9 @@ def test_stream_driver_killed_mid_batch_and_restarted_from_checkpoint(
         spark: SparkSession, shared_cluster: LocalCluster, tmp_path: Path) -> None:
     src, ckpt, out = tmp_path / "in", tmp_path / "ckpt", tmp_path / "driver.log"
     src.mkdir()
-    files, per_file = 4, 1500  # two files per micro-batch: batches 0 and 1 of 3000 rows each
+    # Two files per micro-batch: batches 0 and 1 of 6000 rows each, about 3 s each at the job's pace, so that
+    # the kill lands well inside batch 0 however fast the cluster takes what the job writes.
+    files, per_file = 4, 3000
     for f in range(files):
         (src / f"part-{f}.json").write_text("".join(json.dumps({"body": f"s{f}-{i}"}) + "\n" for i in range(per_file)))
     start = _next(shared_cluster, "g0")
@@ -116,7 +118,7 @@ def test_stream_driver_killed_mid_batch_and_restarted_from_checkpoint(
                                    str(ckpt)], cwd=tmp_path, env={**os.environ, "SPARK_LOCAL_DIRS": str(tmp_path)},
                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_until(lambda: _next(shared_cluster, "g0") - start >= 600 or driver.poll() is not None, 120,
+        wait_until(lambda: _next(shared_cluster, "g0") - start >= 300 or driver.poll() is not None, 120,
                    "micro-batch 0 to be partly written")
         assert driver.poll() is None, out.read_text(errors="replace")[-3000:]
     finally:
