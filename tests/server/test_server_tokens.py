@@ -35,7 +35,9 @@ def test_tokens_and_permissions(cluster_factory: Any) -> None:
             r.transfer_leader("n1")
         assert admin.value.code == ResponseCode.PERMISSION_DENIED
         # STATUS of what it may read, and of nothing else
-        assert set(r.node_status(cluster.nodes[0].address, all_groups=True)["groups"]) == {"g0"}
+        seen = r.node_status(cluster.nodes[0].address, all_groups=True)
+        assert set(seen["groups"]) == {"g0"}
+        assert seen["events"] and {e["group"] for e in seen["events"]} == {"g0"}  # not g1's elections either
     with Client(eps, group="g1", secret="r-5ecret", token="reader", retry_timeout=20) as r1, \
             pytest.raises(QuorumLogError) as hidden:
         r1.node_status(cluster.nodes[0].address, all_groups=False)

@@ -15,6 +15,7 @@ import logging
 import signal
 import socket
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ..config import NodeConfig, is_loopback
@@ -425,17 +426,17 @@ class NodeServer:
             r = STATUS_REQUEST.decode(f.body)
             if r.group is not None:
                 self._group(r.group, conn, "read", "admin")
-                return STATUS_RESPONSE.ok(self.status(r.group))
+                return STATUS_RESPONSE.ok(self.status([r.group]))
             # Every group the connection may read or administer (a reader plans its reads by the replicas'
             # indexes); refused only when that is none.
             perms = conn.permissions
-            visible = [n for n in self.groups
-                       if perms is None or allowed(perms, n, "read") or allowed(perms, n, "admin")]
+            if perms is None:
+                return STATUS_RESPONSE.ok(self.status())
+            visible = [n for n in self.groups if allowed(perms, n, "read") or allowed(perms, n, "admin")]
             if self.groups and not visible:
-                self._group(next(iter(self.groups)), conn, "read", "admin")  # raises PERMISSION_DENIED
-            doc = self.status()
-            doc["groups"] = {n: doc["groups"][n] for n in visible}
-            return STATUS_RESPONSE.ok(doc)
+                raise PermissionDeniedError(f"{conn.peer_id} may not read or admin any group of node "
+                                            f"{self.node_id}: nothing was done")
+            return STATUS_RESPONSE.ok(self.status(visible))
         if op == Op.PROMOTE:
             r = PROMOTE_REQUEST.decode(f.body)
             return self._promote(conn, f, self._group(r.group, conn, "admin"), r.target, r.epoch, r.force)
@@ -511,9 +512,10 @@ class NodeServer:
         self._kick(g)
 
     # -- status ------------------------------------------------------------------------------------
-    def status(self, group: str | None = None) -> dict[str, Any]:
-        """The node's status document (STATUS and /status)."""
-        groups = [self._group(group)] if group is not None else list(self.groups.values())
+    def status(self, names: Sequence[str] | None = None) -> dict[str, Any]:
+        """The node's status document (STATUS and /status): of every group, or of the groups `names` (what a
+        token may see), with only their events."""
+        groups = [self._group(n) for n in names] if names is not None else list(self.groups.values())
         return {
             "node": self.node_id, "cluster": self.cfg.cluster, "listen": self.listen,
             "admin": self.cfg.admin_listen, "uptime_s": round(time.time() - self.started, 3),
@@ -522,8 +524,8 @@ class NodeServer:
             "hello_refusals": self.server.refusals.count if self.server is not None else 0,  # we refused
             "loop_lag_s": latency_doc(self.loop_lag),
             "groups": {g.name: g.status() for g in groups},
-            # Oldest first; asked for one group (a token may see no other), that group's only.
-            "events": [e for e in self.events.recent() if group is None or e["group"] == group],
+            # Oldest first; asked for some groups (a token may see no other), theirs only.
+            "events": [e for e in self.events.recent() if names is None or e["group"] in names],
         }
 
 
