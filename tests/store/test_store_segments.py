@@ -91,3 +91,52 @@ def test_writes_end_on_a_page_boundary_with_zeros_after_the_data(tmp_path: Path)
         assert files.writes[-1] == (5 * 4096, 100)
     finally:
         seg.close()
+
+
+def _cached(fd: int, offset: int) -> bool:
+    """Whether the page at `offset` is in the page cache: a RWF_NOWAIT read fails where it is not."""
+    try:
+        os.preadv(fd, [bytearray(4096)], offset, os.RWF_NOWAIT)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def test_synced_pages_far_behind_the_writer_leave_the_page_cache(tmp_path: Path, monkeypatch: object) -> None:
+    """Pages synced more than CACHE_BEHIND behind the write position are dropped (mapped ones too), the
+    recent ones stay cached, every byte still reads back, and a rewritten tail is cached again."""
+    if not hasattr(os, "RWF_NOWAIT"):
+        import pytest
+
+        pytest.skip("no RWF_NOWAIT here to observe the page cache")
+    monkeypatch.setattr(segments, "CACHE_BEHIND", 256 * 1024)  # type: ignore[attr-defined]
+    monkeypatch.setattr(segments, "DROP_STEP", 64 * 1024)  # type: ignore[attr-defined]
+    seg = SegmentList(str(tmp_path), 1 * MiB, OsFiles(), preallocate=False)
+    chunk = 64 * 1024
+    data = os.urandom(2 * MiB)
+    try:
+        seg.write(0, data[:chunk])
+        seg.sync()
+        assert bytes(seg.view(0, 16)) == data[:16]  # page 0 now mapped by a reader as well
+        fd = os.open(tmp_path / f"{0:020d}", os.O_RDONLY)
+        try:
+            if not _cached(fd, 0):
+                import pytest
+
+                pytest.skip("this file system does not answer RWF_NOWAIT reads from its cache")
+            for at in range(chunk, 2 * MiB, chunk):
+                seg.write(at, data[at:at + chunk])
+                seg.sync()
+            assert not _cached(fd, 0) and not _cached(fd, MiB - 4096)
+        finally:
+            os.close(fd)
+        fd = os.open(tmp_path / f"{MiB:020d}", os.O_RDONLY)
+        try:  # the last 256 KiB stay
+            assert not _cached(fd, 0) and _cached(fd, MiB - 256 * 1024) and _cached(fd, MiB - 4096)
+        finally:
+            os.close(fd)
+        assert bytes(seg.view(0, MiB)) == data[:MiB] and bytes(seg.view(MiB, MiB)) == data[MiB:]
+        seg.write(0, data[:chunk])  # a truncated log written again from its start: tracked afresh
+        assert seg._dropped == 0
+    finally:
+        seg.close()

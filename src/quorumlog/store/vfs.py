@@ -44,6 +44,15 @@ class OsFiles:
     def map(self, fd: int, size: int) -> mmap.mmap:
         return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
 
+    def drop_cache(self, fd: int, mapped: mmap.mmap, offset: int, length: int) -> None:
+        """Let the kernel free the cached pages of [offset, offset + length) (page-aligned, synced):
+        unmapped from `mapped` (a later read maps them again from the file), then dropped from the page
+        cache. Data is never at stake: pages still dirty are kept."""
+        if hasattr(mapped, "madvise"):
+            mapped.madvise(mmap.MADV_DONTNEED, offset, length)
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+
     def close(self, fd: int) -> None:
         os.close(fd)
 
