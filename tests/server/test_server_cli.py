@@ -235,3 +235,43 @@ def test_serve_refuses_an_outside_address_without_a_secret(tmp_path: Path) -> No
     assert r.returncode != 0
     line = r.stderr.strip().splitlines()[-1]
     assert "without authentication" in line and "--insecure" in line and "--secret-file" in line, r.stderr
+
+
+_MALLINFO = '''
+import ctypes, sys
+from quorumlog.server.main import keep_freed_memory
+
+class Mallinfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Mallinfo2
+kept = sys.argv[1] == "kept"
+if kept:
+    assert keep_freed_memory()
+before = libc.mallinfo2()
+buf = bytearray(8 << 20)
+during = libc.mallinfo2()
+del buf
+after = libc.mallinfo2()
+print(during.hblkhd - before.hblkhd, during.arena - before.arena, after.arena - during.arena)
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None,
+                    reason="glibc's allocator only")
+def test_a_node_keeps_freed_memory_for_its_next_buffers() -> None:
+    """`serve` makes glibc serve a batch-sized buffer from the heap and keep it there once freed (the
+    default maps it and unmaps it when freed): the next buffer reuses memory already faulted in."""
+    def run(mode: str) -> tuple[int, int, int]:
+        out = subprocess.run([sys.executable, "-c", _MALLINFO, mode], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        mapped, grown, trimmed = map(int, out.stdout.split())
+        return mapped, grown, trimmed
+
+    mapped, grown, trimmed = run("default")
+    assert mapped >= 8 << 20 and grown == trimmed == 0  # mapped for the buffer, unmapped once freed
+    mapped, grown, trimmed = run("kept")
+    assert mapped == 0 and grown > 0 and trimmed == 0  # from the heap, and still there once freed
