@@ -13,7 +13,7 @@ from store_helpers import body, log_of, small_config
 from quorumlog.errors import DiskError, StoreError
 from quorumlog.store import MemoryStore
 from quorumlog.store.file_store import FileStore
-from quorumlog.store.vfs import OsFiles
+from quorumlog.store.vfs import Buffer, OsFiles
 
 
 class FaultyFiles(OsFiles):
@@ -37,7 +37,7 @@ class FaultyFiles(OsFiles):
                 self.fired += 1
                 raise OSError(errno.EIO, f"injected {op} failure")
 
-    def pwrite(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+    def pwrite(self, fd: int, data: Buffer | list[Buffer], offset: int) -> None:
         self._maybe_fail("pwrite")
         super().pwrite(fd, data, offset)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from quorumlog.store import segments
 from quorumlog.store.segments import SegmentList
-from quorumlog.store.vfs import OsFiles
+from quorumlog.store.vfs import Buffer, OsFiles
 
 MiB = 1 << 20
 
@@ -66,8 +66,8 @@ class _Recording(OsFiles):
     def __init__(self) -> None:
         self.writes: list[tuple[int, int]] = []  # (offset, length) of every pwrite into a segment
 
-    def pwrite(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
-        self.writes.append((offset, len(data)))
+    def pwrite(self, fd: int, data: Buffer | list[Buffer], offset: int) -> None:
+        self.writes.append((offset, sum(len(d) for d in data) if isinstance(data, list) else len(data)))
         super().pwrite(fd, data, offset)
 
 
@@ -140,3 +140,20 @@ def test_synced_pages_far_behind_the_writer_leave_the_page_cache(tmp_path: Path,
         assert seg._dropped == 0
     finally:
         seg.close()
+
+
+def test_a_short_pwritev_is_finished(tmp_path: Path, monkeypatch: object) -> None:
+    """pwritev may write less than asked (a signal, a full quota); the rest is written after it."""
+    real = os.pwritev
+
+    def short(fd: int, buffers: list[bytes], offset: int) -> int:
+        return real(fd, [memoryview(buffers[0])[:3]], offset)
+
+    monkeypatch.setattr(os, "pwritev", short)  # type: ignore[attr-defined]
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        OsFiles().pwrite(fd, [b"abcdef", b"ghij"], 2)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"\0\0abcdefghij"

@@ -269,11 +269,12 @@ class SegmentList:
         tail_at = end - end % PAGE
         pad = min(tail_at + PAGE, seg.start + self.size) - end if end != tail_at else 0
         written = end + pad
+        parts = [data, _ZEROS[:pad]] if pad else data  # one pwritev
         if written <= self._filled:  # below the filler's mark: it never writes there
-            self._pwrite_paged(seg.fd, data, rel, tail_at - offset, pad)
+            self.files.pwrite(seg.fd, parts, rel)
         else:
             with self._fill_lock:
-                self._pwrite_paged(seg.fd, data, rel, tail_at - offset, pad)
+                self.files.pwrite(seg.fd, parts, rel)
                 self._filled = max(self._filled, written)
         self._write_end = end
         if offset < self._dropped:  # rewriting a truncated tail: its pages are cached again
@@ -282,18 +283,6 @@ class SegmentList:
             self.dirty.add(seg)
         if self._filled < end + FILL_AHEAD // 2:
             self._wake_filler()
-
-    def _pwrite_paged(self, fd: int, data: bytes | bytearray | memoryview, rel: int, cut: int, pad: int) -> None:
-        """pwrite data at rel, the part from `cut` on (in the last page) together with `pad` zeros."""
-        if pad == 0:
-            self.files.pwrite(fd, data, rel)
-            return
-        view = memoryview(data)
-        if cut > 0:
-            self.files.pwrite(fd, view[:cut], rel)
-        else:
-            cut = 0
-        self.files.pwrite(fd, b"".join((view[cut:], _ZEROS[:pad])), rel + cut)
 
     def zero(self, offset: int, end: int) -> None:
         """Write zeros over [offset, end) within existing segments (stale bytes must not survive)."""

@@ -8,6 +8,8 @@ import mmap
 import os
 import shutil
 
+Buffer = bytes | bytearray | memoryview
+
 # No file descriptor left (per process, per system): transient, nothing was opened.
 OUT_OF_FILES = frozenset({errno.EMFILE, errno.ENFILE})
 
@@ -18,7 +20,13 @@ class OsFiles:
     def open(self, path: str) -> int:
         return os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
 
-    def pwrite(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+    def pwrite(self, fd: int, data: Buffer | list[Buffer], offset: int) -> None:
+        """Write all of `data` at `offset`: a buffer, or a list of them written as one (pwritev)."""
+        if isinstance(data, list):
+            n = os.pwritev(fd, data, offset)
+            if n == sum(len(memoryview(d)) for d in data):
+                return
+            data, offset = b"".join(data)[n:], offset + n  # a short write: the rest the plain way
         view = memoryview(data)
         while view:
             n = os.pwrite(fd, view, offset)
