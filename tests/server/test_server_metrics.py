@@ -201,3 +201,30 @@ def test_primary_backup_metrics(cluster_factory: Any) -> None:
     assert metric_value(backup, "quorumlog_written_entries_total", **bl) >= 20  # streamed raw log bytes
     assert metric_value(backup, "quorumlog_written_bytes_total", **bl) >= 20 * 64
     assert "quorumlog_ha_backup_lag_bytes" not in backup
+
+
+def test_small_flushes_run_on_the_loop_and_large_ones_in_the_worker(cluster_factory: Any) -> None:
+    """One append at a time is flushed on the event loop (no hand-off to the worker thread and back); a
+    batch of megabytes is flushed in the worker while the loop goes on. Both are durable when answered."""
+    cluster = cluster_factory()
+    with Client(cluster.endpoints, retry_timeout=30) as c:
+        c.append(b"first")
+        leader = c.metadata(with_nodes=False).leader
+        url = next(n for n in cluster.nodes if n.node_id == leader).admin_url
+        lab = {"node": leader, "group": "g0"}
+
+        def counts() -> tuple[float, float]:
+            fams = scrape(url)
+            return (metric_value(fams, "quorumlog_flushes_total", **lab),
+                    metric_value(fams, "quorumlog_flushes_on_loop_total", **lab))
+
+        total0, loop0 = counts()
+        for i in range(20):
+            c.append(b"small %d" % i)
+        total1, loop1 = counts()
+        assert loop1 - loop0 >= 15, (total0, loop0, total1, loop1)  # the odd one may meet a checkpoint
+        for _ in range(3):
+            c.append_many([bytes(1024)] * 2048)  # 2 MiB: past the bound
+        total2, loop2 = counts()
+        assert total2 - total1 >= 3 and loop2 == loop1, (total1, loop1, total2, loop2)
+        assert next(iter(c.read(0, 10))).body == b"first"

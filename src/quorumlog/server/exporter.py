@@ -245,6 +245,8 @@ def _one_group(f: _Families, g: Group) -> None:
     f.counter("quorumlog_replication_sent_bytes_total", "entry bytes pushed to followers (or backups)",
               st.push_bytes_out)
     f.counter("quorumlog_flushes_total", "store flushes (group commits)", st.flushes)
+    f.counter("quorumlog_flushes_on_loop_total", "store flushes small enough to run on the event loop, not in "
+              "the group's worker thread", st.flushes_on_loop)
     for (call, error), n in sorted(st.core_errors.items()):
         f.counter("quorumlog_core_errors_total", "unexpected errors out of the replication core, survived (a "
                   "disk error stops the node instead)", n, call=call, error=error)

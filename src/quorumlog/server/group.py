@@ -5,7 +5,8 @@ The core's output is applied by `raft.driver.Driver`, the same driver the simula
 out at once (the core never claims more than is durable); one `store.flush()` at a time runs in this
 group's worker thread and covers everything written before it started (group commit: all the appends
 of the loop iterations meanwhile share the next one); then `on_flushed` releases what waited for
-durability, and completions answer clients.
+durability, and completions answer clients. A small flush, while flushes are fast, runs on the loop
+instead: handing it to the thread and back cost more than the fdatasync itself (INLINE_FLUSH_BYTES).
 
 Only a failed disk (DiskError) stops the node. Any other error out of the core is logged, counted
 (`core_errors`) and survived: it comes from input the network sent, and one bad message must not take a
@@ -51,6 +52,12 @@ SUCCESS = int(ResponseCode.SUCCESS)
 # One proposal gathers the appends of one loop iteration, up to these bounds (the rest wait one more turn).
 MAX_PROPOSAL_ENTRIES = 16384
 MAX_PROPOSAL_BYTES = 8 << 20
+# A flush of at most this many bytes runs on the loop, while the flushes' average stays below
+# INLINE_FLUSH_MAX_S: one append at a time then waits for one fdatasync, not also for a thread's
+# wake-up and the loop's (0.1-0.3 ms each on this 2-core VM, docs/performance.md). Larger flushes, and
+# all of them on a slow disk, go to the worker thread, where the loop goes on meanwhile.
+INLINE_FLUSH_BYTES = 64 << 10
+INLINE_FLUSH_MAX_S = 0.001
 # How soon a term or vote that found no file descriptor free is written again.
 STABLE_RETRY_S = 0.1
 # The same unexpected core error is logged with its traceback at most this often (it may recur every tick).
@@ -89,6 +96,7 @@ class GroupStats:
     bytes_out: int = 0
     push_bytes_out: int = 0  # replicated to followers
     flushes: int = 0
+    flushes_on_loop: int = 0  # of them, small ones run on the event loop (INLINE_FLUSH_BYTES)
     leader_changes: int = 0  # a leader other than the last one known became known (the first one counts)
     core_errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (call, exception type) -> count
 
@@ -150,6 +158,7 @@ class Group:
         self._next_rid = 1
         self.driver = Driver(self.node, self._send_message, self._complete, self._role_changed, self._start_flush)
         self._checkpointing = False
+        self._flush_s = 0.0  # moving average of store.flush()'s duration, wherever it ran
         self._closed = False
         self.accepting = True  # False once shutdown began: new appends are sent elsewhere
         self._error_logged: dict[tuple[str, str], float] = {}
@@ -324,17 +333,34 @@ class Group:
             self._complete_transfer(c)
 
     def _start_flush(self) -> None:
-        """The driver's flush: `store.flush()` in the worker thread, reported back on the loop."""
-        self._executor.submit(self._flush_job, time.perf_counter())
+        """The driver's flush: `store.flush()` in the worker thread, reported back on the loop; or, when
+        small and the disk fast, here at once (never waiting for the worker's lock)."""
+        self._flush_output()  # what this turn sent (pushes, acks) leaves before the disk is waited on
+        t0 = time.perf_counter()
+        store = self.store
+        if (self._flush_s < INLINE_FLUSH_MAX_S and store.unsynced_bytes <= INLINE_FLUSH_BYTES
+                and store.io_lock.acquire(blocking=False)):
+            try:
+                durable, error = self._flush_now()
+            finally:
+                store.io_lock.release()
+            self.stats.flushes_on_loop += 1
+            self._flushed(durable, error, t0)
+        else:
+            self._executor.submit(self._flush_job, t0)
+
+    def _flush_now(self) -> tuple[int, BaseException | None]:
+        t = time.perf_counter()
+        try:
+            return self.store.flush(), None
+        except BaseException as e:
+            return -1, e
+        finally:
+            self._flush_s += (time.perf_counter() - t - self._flush_s) / 8
 
     def _flush_job(self, t0: float) -> None:
         """In the worker thread: flush, then hand the result to the loop in one callback (one turn)."""
-        error: BaseException | None = None
-        durable = -1
-        try:
-            durable = self.store.flush()
-        except BaseException as e:
-            error = e
+        durable, error = self._flush_now()
         with contextlib.suppress(RuntimeError):  # the loop is closed: the node is gone
             self._loop.call_soon_threadsafe(self._flushed, durable, error, t0)
 

@@ -188,6 +188,11 @@ class FileStore(FileCuts):
         return self._committed
 
     @property
+    def unsynced_bytes(self) -> int:
+        """Data written since the last flush began: about what the next flush writes out."""
+        return self.data.unsynced_bytes
+
+    @property
     def durable_index(self) -> int:
         return self._flushed if self.config.flush == "sync" else self._end
 

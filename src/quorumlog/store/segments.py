@@ -67,6 +67,7 @@ class SegmentList:
         self._filled = 0  # bytes below this offset are written (data or zeros); above may be holes
         self._write_end = 0  # the end of the latest write
         self._dropped = 0  # page cache below this offset has been dropped (see CACHE_BEHIND)
+        self._synced = 0  # what the last sync made durable ends here
         self._fill_lock = threading.Lock()
         self._fill_wanted = threading.Event()
         self._filler: threading.Thread | None = None
@@ -245,6 +246,11 @@ class SegmentList:
             os.close(fd)
         return True
 
+    @property
+    def unsynced_bytes(self) -> int:
+        """Bytes written since the last sync began (what the next one will write out, about)."""
+        return max(0, self._write_end - self._synced)
+
     def wait_filled(self, timeout: float = 60.0) -> bool:
         """Block (bounded) until the window ahead of the write position is filled (benchmarks)."""
         deadline = time.monotonic() + timeout
@@ -308,6 +314,7 @@ class SegmentList:
             for seg in sorted(dirty, key=lambda s: s.start):
                 if seg in self.segments:
                     self.files.fdatasync(seg.fd)
+            self._synced = synced
             upto = synced - CACHE_BEHIND
             if upto - self._dropped >= DROP_STEP:
                 self._drop_cache(upto - upto % PAGE)
@@ -359,6 +366,7 @@ class SegmentList:
             self._filled = min(self._filled, self.end)
             self._write_end = min(self._write_end, self.end)
         self._dropped = min(self._dropped, self.end)
+        self._synced = min(self._synced, self.end)
 
     def _release(self, seg: Segment) -> None:
         self._close(seg)
