@@ -178,6 +178,10 @@ def test_bench_json_against_local_cluster(tmp_path: Path) -> None:
     doc = json.loads(r.stdout)
     assert doc["throughput"]["appends_per_s"] > 0 and doc["single"]["appends"] == 20
     assert doc["failover"]["rounds"] == 1
+    # The floor measured beside it: two loopback round trips and one fdatasync.
+    rtt, fsync = doc["loopback_rtt"]["p50_ms"], doc["disk_fsync"]["p50_ms"]
+    assert 0 < rtt < 100 and 0 < fsync and doc["floor_ms"] == pytest.approx(2 * rtt + fsync, abs=0.002)
+    assert doc["single"]["p50_vs_floor"] == pytest.approx(doc["single"]["p50_ms"] / doc["floor_ms"], rel=0.02)
 
 
 def test_the_secret_comes_from_a_file_or_the_environment_never_argv(tmp_path: Path) -> None:

@@ -14,7 +14,10 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -84,6 +87,44 @@ def fsync_probe(directory: str, size: int, n: int = 200) -> dict[str, float]:
     finally:
         os.close(fd)
         os.unlink(path)
+
+
+# An echo process for loopback_probe: Python and blocking sockets on both ends.
+_ECHO = """
+import socket
+s = socket.create_server(("127.0.0.1", 0))
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept()
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while b := c.recv(65536):
+    c.sendall(b)
+"""
+
+
+def loopback_probe(size: int = 100, n: int = 2000) -> dict[str, float]:
+    """Round trips of `size` bytes to an echo process over loopback. Two of them and one fdatasync (the
+    fsync probe) are the floor under one acknowledged append: client to leader, leader to follower."""
+    proc = subprocess.Popen([sys.executable, "-c", _ECHO], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            msg, lat = os.urandom(size), []
+            for _ in range(n):
+                t = time.perf_counter()
+                s.sendall(msg)
+                got = 0
+                while got < size:
+                    chunk = s.recv(size - got)
+                    if not chunk:
+                        raise OSError("the echo process closed the connection")
+                    got += len(chunk)
+                lat.append(time.perf_counter() - t)
+        return _lat(lat)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 async def _throughput(args: argparse.Namespace, progress: Any) -> dict[str, Any]:
@@ -285,6 +326,11 @@ def _bench(args: argparse.Namespace) -> int:
             if args.single > 0:
                 console.print(f"single appends, one at a time ({args.single})…")
                 result["single"] = runner.run(_single(args))
+                if "disk_fsync" in result:  # the floor beside it, measured now
+                    result["loopback_rtt"] = loopback_probe(args.size)
+                    floor = 2 * result["loopback_rtt"]["p50_ms"] + result["disk_fsync"]["p50_ms"]
+                    result["floor_ms"] = round(floor, 3)
+                    result["single"]["p50_vs_floor"] = round(result["single"]["p50_ms"] / floor, 2)
             if cluster is not None and args.failovers > 0:
                 who = "primary (then promote)" if replication == "primary-backup" else "leader"
                 console.print(f"failover: SIGKILL the {who} {args.failovers} times…")
@@ -324,6 +370,10 @@ def _print(r: dict[str, Any]) -> None:
     if "disk_fsync" in r:
         d = r["disk_fsync"]
         t.add_row("disk pwrite+fdatasync p50 / p99", f"{d['p50_ms']} / {d['p99_ms']} ms")
+    if "floor_ms" in r:
+        t.add_row("loopback round trip p50", f"{r['loopback_rtt']['p50_ms']} ms")
+        t.add_row("floor (2 round trips + fdatasync)", f"{r['floor_ms']} ms; one-at-a-time p50 = "
+                  f"{r['single']['p50_vs_floor']}×")
     if "failover" in r:
         f = r["failover"]
         t.add_row(f"failover median / max ({f['how']})", f"{f['median_s']} / {f['max_s']} s ({f['rounds']} rounds)")
