@@ -135,7 +135,7 @@ static inline int get_bytes(PyObject *o, Py_buffer *view)
 /* -- the Python side ----------------------------------------------------------------------------- */
 
 /* Python objects this module hands work to, looked up on first use (their modules import this one). */
-typedef enum { PY_CORRUPT_ENTRY_ERROR, PY_FAIL_RUN, PY_ENCODE_RUN, PY_VERIFY_RUN, PY_REFS } py_ref;
+typedef enum { PY_CORRUPT_ENTRY_ERROR, PY_FAIL_RUN, PY_ENCODE_RUN, PY_VERIFY_RUN, PY_INDEX_UNITS, PY_REFS } py_ref;
 
 /* The object (a borrowed reference), or NULL with an error set. */
 PyObject *ql_python(py_ref which);
@@ -149,6 +149,7 @@ PyObject *ql_corrupt(const char *format, ...);
 PyObject *ql_encode_run(PyObject *module, PyObject *args, PyObject *kw);
 PyObject *ql_verify_run(PyObject *module, PyObject *args, PyObject *kw);
 PyObject *ql_walk_segment(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
-extern const char ql_encode_run_doc[], ql_verify_run_doc[], ql_walk_segment_doc[];
+PyObject *ql_index_units(PyObject *module, PyObject *args);
+extern const char ql_encode_run_doc[], ql_verify_run_doc[], ql_walk_segment_doc[], ql_index_units_doc[];
 
 #endif

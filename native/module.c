@@ -16,6 +16,7 @@ static const struct {
     [PY_FAIL_RUN] = {"quorumlog.store.base", "_fail_run"},
     [PY_ENCODE_RUN] = {"quorumlog.entry", "encode_run"},
     [PY_VERIFY_RUN] = {"quorumlog.store.base", "verify_run"},
+    [PY_INDEX_UNITS] = {"quorumlog.store.base", "index_units"},
 };
 static PyObject *cache[PY_REFS];
 
@@ -80,6 +81,7 @@ static PyMethodDef methods[] = {
     {"encode_run", (PyCFunction)(void (*)(void))ql_encode_run, METH_VARARGS | METH_KEYWORDS, ql_encode_run_doc},
     {"verify_run", (PyCFunction)(void (*)(void))ql_verify_run, METH_VARARGS | METH_KEYWORDS, ql_verify_run_doc},
     {"walk_segment", (PyCFunction)(void (*)(void))ql_walk_segment, METH_FASTCALL, ql_walk_segment_doc},
+    {"index_units", ql_index_units, METH_VARARGS, ql_index_units_doc},
     {"crc32", crc32, METH_VARARGS, crc32_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -22,6 +22,7 @@ from quorumlog import hotpath
 from quorumlog.entry import (
     BLANK,
     HEADER_SIZE,
+    INDEX_UNIT,
     MAGIC_BLANK,
     MAGIC_CONFIG,
     MAGIC_NOOP,
@@ -31,7 +32,7 @@ from quorumlog.entry import (
     encode_run,
     pack_meta,
 )
-from quorumlog.store.base import _fail_run, place, verify_run
+from quorumlog.store.base import _fail_run, index_units, place, verify_run
 from quorumlog.store.reader import checked_runs
 from quorumlog.store.segments import SegmentList
 from quorumlog.store.vfs import OsFiles
@@ -56,7 +57,7 @@ def outcome(fn: Callable[..., Any], *args: Any) -> tuple[Any, ...]:
         return ("raised", type(e), str(e), getattr(e, "index", None))
 
 
-REFERENCE = {f.__code__: f.__name__ for f in (encode_run, verify_run, checked_runs, _fail_run)}
+REFERENCE = {f.__code__: f.__name__ for f in (encode_run, verify_run, checked_runs, _fail_run, index_units)}
 
 
 def traced(fn: Callable[..., Any], *args: Any) -> tuple[tuple[Any, ...], list[str]]:
@@ -292,6 +293,39 @@ def test_verify_run_odd_arguments_match_python() -> None:
                  (raw, 5.0, 0, 7, 0, 4096, 100), (raw, 5, 0, 7.0, 0, 4096, 100), (raw, 5, 0, 7, 0, 4096, 2**70),
                  (raw, 5, 0, 7, 0, 4096, -1), (raw, 5, 2**70, 7, 0, 4096, 100), (b"", 2**80, 0, None, 0, 1, 0)]:
         assert outcome(native.verify_run, *args) == outcome(verify_run, *args), args
+
+
+# -- index_units -------------------------------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=pushed(), kind=as_buffer)
+def test_index_units_of_a_verified_push_are_the_ones_its_leader_wrote(
+        case: tuple[bytes, int, int, int, int, int, int], kind: type) -> None:
+    """A follower's units, read from the pushed headers, equal the units the leader's encode_run made for
+    the same entries (so both replicas index alike); C and Python agree, without handing work over."""
+    data, first, write_pos, prev, end_term, seg, max_body = case
+    try:
+        run, _ = verify_run(data, first, write_pos, prev, end_term, seg, max_body)
+    except Exception:
+        return  # a damaged push never reaches index_units
+    want = bytearray()
+    for _off, pos, size, index, term, magic in run:
+        want += INDEX_UNIT.pack(magic, pos, size, index, term)
+    assert index_units(kind(data), len(run)) == want
+    if native is not None:
+        got, called = traced(native.index_units, kind(data), len(run))
+        assert got == ("ok", want) and called == []
+
+
+@needs_native
+def test_index_units_beyond_the_entries_match_python() -> None:
+    assert native is not None
+    raw, _ = encode_entry(MAGIC_NORMAL, 5, 1, 0, b"body", 7)
+    short = raw[:HEADER_SIZE] + bytes(4)
+    zero_size = bytes(HEADER_SIZE)
+    for args in [(raw, 2), (raw, -1), (raw[:10], 1), (zero_size, 1), ("text", 1), (raw, 2**70), (short, 1),
+                 (memoryview(raw).cast("I"), 1), (raw, 0), (raw + raw, 2)]:
+        assert outcome(native.index_units, *args) == outcome(index_units, *args), args
 
 
 # -- checked_runs ------------------------------------------------------------------------------------

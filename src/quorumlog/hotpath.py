@@ -1,8 +1,9 @@
 """The per-entry hot paths, in C when quorumlog._hotpath is built (native/), else in Python.
 
-encode_run (a leader's batch), verify_run (a follower's checks of a push) and checked_runs (the raw
-read walk) are chosen once, at import: the C versions return and raise exactly what the Python ones
-(entry.encode_run, store.base.verify_run, store.reader.checked_runs: the reference) do. QUORUMLOG_PURE=1
+encode_run (a leader's batch), verify_run (a follower's checks of a push), index_units (a follower's
+index units of it) and checked_runs (the raw read walk) are chosen once, at import: the C versions
+return and raise exactly what the Python ones (entry.encode_run, store.base.verify_run and index_units,
+store.reader.checked_runs: the reference) do. QUORUMLOG_PURE=1
 in the environment keeps the Python ones; NATIVE tells which are in use.
 """
 
@@ -14,6 +15,7 @@ from types import ModuleType
 from .entry import HEADER_SIZE
 from .entry import encode_run as py_encode_run
 from .errors import CorruptEntryError
+from .store.base import index_units as py_index_units
 from .store.base import verify_run as py_verify_run
 from .store.reader import _problem, _unpack_header
 from .store.reader import checked_runs as py_checked_runs
@@ -75,10 +77,12 @@ def native_checked_runs(data: SegmentList, pos: int, start: int, end: int, chain
 # The Python versions first: their signatures are the ones the callers are checked against.
 encode_run = py_encode_run
 verify_run = py_verify_run
+index_units = py_index_units
 checked_runs = py_checked_runs
 if _native is not None:
     encode_run = _native.encode_run
     verify_run = _native.verify_run
+    index_units = _native.index_units
     checked_runs = native_checked_runs
 
-__all__ = ["NATIVE", "checked_runs", "encode_run", "native_checked_runs", "verify_run"]
+__all__ = ["NATIVE", "checked_runs", "encode_run", "index_units", "native_checked_runs", "verify_run"]

@@ -14,6 +14,8 @@ from ..entry import (
     HEADER,
     HEADER_META_SIZE,
     HEADER_SIZE,
+    INDEX_UNIT,
+    INDEX_UNIT_SIZE,
     MAGIC_NORMAL,
     META_SIZE,
     VALID_MAGICS,
@@ -363,6 +365,24 @@ def verify_run(data: bytes | bytearray | memoryview, first_index: int, write_pos
         off += size
         index += 1
     return out, metas
+
+
+def index_units(data: bytes | bytearray | memoryview, count: int) -> bytearray:
+    """The index units (magic, pos, size, index, term) of the first `count` entries of `data`, read from
+    their headers: entries verify_run passed. ValueError where the bytes hold fewer."""
+    if count < 0:
+        raise ValueError(f"negative count {count}")
+    units = bytearray(INDEX_UNIT_SIZE * count)
+    off = 0
+    for i in range(count):
+        if len(data) - off < HEADER_SIZE:
+            raise ValueError(f"entry {i} of {count} is past the data's {len(data)} bytes")
+        magic, size, index, term, pos = _unpack_header(data, off)[:5]
+        if size < HEADER_SIZE:
+            raise ValueError(f"entry {i} of {count} has size {size}, below the header's")
+        INDEX_UNIT.pack_into(units, i * INDEX_UNIT_SIZE, magic, pos, size, index, term)
+        off += size
+    return units
 
 
 def _fail_run(data: bytes | bytearray | memoryview, off: int, index: int, chain: int | None, max_body: int,

@@ -24,7 +24,6 @@ from ..entry import (
     BLANK,
     BLANK_SIZE,
     HEADER_SIZE,
-    INDEX_UNIT,
     INDEX_UNIT_SIZE,
     MAGIC_BLANK,
     MAGIC_NORMAL,
@@ -49,7 +48,6 @@ from .segments import SegmentList
 from .stable import StableFiles
 from .vfs import OUT_OF_FILES, OsFiles
 
-_pack_unit = INDEX_UNIT.pack_into
 _DISK_PROBE_INTERVAL_S = 0.1
 
 
@@ -374,22 +372,25 @@ class FileStore(FileCuts):
         _o, last_pos, last_size, last_index, _t, _m = run[-1]
         self._reserve(last_pos + last_size - 1, last_index)
         mv = memoryview(data)
-        units = bytearray(INDEX_UNIT_SIZE * len(run))
-        first = run[0][3]
+        units = hotpath.index_units(data, len(run))
+        first_pos, first = run[0][1], run[0][3]
         try:
             wp = self._write_pos
-            chunk_off = chunk_pos = -1
-            for off, pos, size, index, term, magic in run:
-                _pack_unit(units, (index - first) * INDEX_UNIT_SIZE, magic, pos, size, index, term)
-                if pos != wp:  # rolled to the next segment: write what we have, then a blank
-                    if chunk_off >= 0:
-                        self.data.write(chunk_pos, mv[chunk_off:off])
-                    self._write_blank(wp)
-                    chunk_off = -1
-                if chunk_off < 0:
-                    chunk_off, chunk_pos = off, pos
-                wp = pos + size
-            self.data.write(chunk_pos, mv[chunk_off:])
+            if first_pos == wp and last_pos + last_size - wp == len(mv):  # no segment roll: one write
+                self.data.write(wp, mv)
+                wp += len(mv)
+            else:
+                chunk_off = chunk_pos = -1
+                for off, pos, size, _index, _term, _magic in run:
+                    if pos != wp:  # rolled to the next segment: write what we have, then a blank
+                        if chunk_off >= 0:
+                            self.data.write(chunk_pos, mv[chunk_off:off])
+                        self._write_blank(wp)
+                        chunk_off = -1
+                    if chunk_off < 0:
+                        chunk_off, chunk_pos = off, pos
+                    wp = pos + size
+                self.data.write(chunk_pos, mv[chunk_off:])
             self._write_units(first, units)
         except OSError as e:
             self._fail(e)
