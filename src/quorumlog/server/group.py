@@ -6,7 +6,8 @@ out at once (the core never claims more than is durable); one `store.flush()` at
 group's worker thread and covers everything written before it started (group commit: all the appends
 of the loop iterations meanwhile share the next one); then `on_flushed` releases what waited for
 durability, and completions answer clients. A small flush, while flushes are fast, runs on the loop
-instead: handing it to the thread and back cost more than the fdatasync itself (INLINE_FLUSH_BYTES).
+instead, one per loop turn among the node's groups: handing it to the thread and back cost more than
+the fdatasync itself (INLINE_FLUSH_BYTES).
 
 Only a failed disk (DiskError) stops the node. Any other error out of the core is logged, counted
 (`core_errors`) and survived: it comes from input the network sent, and one bad message must not take a
@@ -120,12 +121,33 @@ def latency_doc(h: Histogram) -> dict[str, Any]:
             "counts": list(h.counts)}
 
 
+class LoopTurn:
+    """One flush on the loop per loop turn, shared by a node's groups: many groups' small flushes in one
+    turn would otherwise run one after another on the loop, where their worker threads overlap them."""
+
+    __slots__ = ("_loop", "_taken")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._taken = False
+
+    def take(self) -> bool:
+        if self._taken:
+            return False
+        self._taken = True
+        self._loop.call_soon(self._release)  # runs once this turn's callbacks are done
+        return True
+
+    def _release(self) -> None:
+        self._taken = False
+
+
 class Group:
     """A RaftNode and its store, driven by the node's event loop."""
 
     def __init__(self, node_id: str, cfg: GroupConfig, data_dir: str, send: Callable[[PeerMessage], None],
                  on_fatal: Callable[[BaseException], None], flush_output: Callable[[], None] = lambda: None,
-                 events: Events | None = None) -> None:
+                 events: Events | None = None, loop_turn: LoopTurn | None = None) -> None:
         self.name = cfg.name
         self.cfg = cfg
         self.node_id = node_id
@@ -159,6 +181,7 @@ class Group:
         self.driver = Driver(self.node, self._send_message, self._complete, self._role_changed, self._start_flush)
         self._checkpointing = False
         self._flush_s = 0.0  # moving average of store.flush()'s duration, wherever it ran
+        self._loop_turn = loop_turn if loop_turn is not None else LoopTurn()
         self._closed = False
         self.accepting = True  # False once shutdown began: new appends are sent elsewhere
         self._error_logged: dict[tuple[str, str], float] = {}
@@ -334,12 +357,13 @@ class Group:
 
     def _start_flush(self) -> None:
         """The driver's flush: `store.flush()` in the worker thread, reported back on the loop; or, when
-        small and the disk fast, here at once (never waiting for the worker's lock)."""
+        small, the disk fast and no other group flushed on the loop this turn, here at once (never
+        waiting for the worker's lock)."""
         self._flush_output()  # what this turn sent (pushes, acks) leaves before the disk is waited on
         t0 = time.perf_counter()
         store = self.store
         if (self._flush_s < INLINE_FLUSH_MAX_S and store.unsynced_bytes <= INLINE_FLUSH_BYTES
-                and store.io_lock.acquire(blocking=False)):
+                and self._loop_turn.take() and store.io_lock.acquire(blocking=False)):
             try:
                 durable, error = self._flush_now()
             finally:

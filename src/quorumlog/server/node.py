@@ -49,7 +49,7 @@ from ..net.server import Server, serve
 from ..raft.member import members_digest
 from .codec import HA_MESSAGES, PEER_OPS, PeerMessage, decode_message
 from .events import NODE, REFUSAL, TRANSFER, CounterWatch, Events
-from .group import Group, latency_doc, now_ms
+from .group import Group, LoopTurn, latency_doc, now_ms
 from .metrics import Histogram
 from .peers import PeerLinks, bind_listener, split_address
 from .reads import get_committed, read_committed
@@ -125,10 +125,11 @@ class NodeServer:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        loop_turn = LoopTurn()  # one flush on the loop per turn, among all the groups
         for gcfg in self.cfg.groups:
             try:
                 self.groups[gcfg.name] = Group(self.node_id, gcfg, str(self.cfg.data_dir), self._send,
-                                               self._fatal_error, self.outbox.flush, self.events)
+                                               self._fatal_error, self.outbox.flush, self.events, loop_turn)
             except QuorumLogError as e:
                 await self._close_groups()
                 raise StartupError(f"cannot open the store of group {gcfg.name} under {self.cfg.data_dir}: {e}") \
