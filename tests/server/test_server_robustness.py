@@ -110,6 +110,13 @@ def test_hostile_bytes_close_only_that_connection(cluster_factory: Any) -> None:
             s.sendall(encode_frame(REQUEST, Op.APPEND, 2, msgpack.packb(["g0", b"bad", *fields])))
             reason = _goodbye_reason(_recv_all(s))
             assert reason is not None and "AppendRequest" in reason[1], (fields, reason)
+    # A batch with one body that is not bytes (a str, an int, a list) among bytes: refused whole.
+    for odd in ("bad", 7, [b"bad"]):
+        with socket.create_connection(addr) as s:
+            _hello(s)
+            s.sendall(encode_frame(REQUEST, Op.APPEND_BATCH, 2, msgpack.packb(["g0", [b"bad", odd, b"bad"]])))
+            reason = _goodbye_reason(_recv_all(s))
+            assert reason is not None and "AppendBatchRequest" in reason[1], (odd, reason)
     with Client(cluster.endpoints, group="g0") as c:
         assert all(e.body != b"bad" for e in c.read(0, 100))
     _still_serving(cluster.endpoints)

@@ -56,6 +56,7 @@ from .reads import get_committed, read_committed
 from .tail import Tails
 
 log = logging.getLogger("quorumlog.server")
+_BYTES = {bytes}  # the one type of an append's bodies (checked in C: a batch has many)
 
 TICK_S = 0.01
 HOUSEKEEPING_S = 1.0
@@ -455,7 +456,7 @@ class NodeServer:
         n = len(values) if type(values) is tuple else 0
         if ((n != 2 and n != 5) or type(values[0]) is not str
                 or (single and type(values[1]) is not bytes)
-                or (not single and (type(values[1]) is not tuple or not all(type(b) is bytes for b in values[1])))
+                or (not single and (type(values[1]) is not tuple or not set(map(type, values[1])) <= _BYTES))
                 or (n == 5 and not _valid_producer(values[2], values[3], values[4]))):
             name = "AppendRequest" if single else "AppendBatchRequest"
             raise ProtocolError(f"{name}: expected [group: str, {'body: bytes' if single else 'bodies: list[bytes]'}"
