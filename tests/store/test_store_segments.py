@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 from quorumlog.store import segments
@@ -157,3 +158,33 @@ def test_a_short_pwritev_is_finished(tmp_path: Path, monkeypatch: object) -> Non
     finally:
         os.close(fd)
     assert path.read_bytes() == b"\0\0abcdefghij"
+
+
+class _FullDisk(OsFiles):
+    def allocate(self, fd: int, offset: int, length: int) -> None:
+        raise OSError(28, "No space left on device")
+
+
+def test_the_window_ahead_reads_as_zeros_and_a_full_disk_only_stops_it(tmp_path: Path) -> None:
+    """The blocks allocated ahead read as zeros. Where the disk cannot give them, the filler stops with
+    the error and appends go on into holes."""
+    seg = SegmentList(str(tmp_path), 64 * MiB, OsFiles())
+    try:
+        seg.write(0, b"x" * 4096)
+        assert seg.wait_filled(30) and seg.fill_error is None
+        assert bytes(seg.view(16 * MiB, 4096)) == bytes(4096)
+    finally:
+        seg.close()
+    full = SegmentList(str(tmp_path / "full"), 1 * MiB, _FullDisk())
+    os.mkdir(tmp_path / "full")
+    try:
+        full.write(0, b"y" * 100)
+        deadline = time.monotonic() + 10
+        while full.fill_error is None:
+            assert time.monotonic() < deadline, "the filler did not report the full disk"
+            time.sleep(0.01)
+        assert isinstance(full.fill_error, OSError) and full.fill_error.errno == 28
+        full.write(100, b"z" * 100)
+        assert bytes(full.view(0, 200)) == b"y" * 100 + b"z" * 100
+    finally:
+        full.close()

@@ -3,9 +3,11 @@ with pwrite, read through a read-only shared mmap of each file.
 
 A segment is created sparse (its full size at once, no blocks), so a new store starts at once and an
 empty one takes no disk. Writes into holes would make every fdatasync also commit block allocation, so a
-background filler zero-fills a bounded window ahead of the write position (FILL_AHEAD, in paced chunks,
-each made durable by the filler itself): appends then land in written blocks, as in a pre-allocated
-file, and the disk holds the data plus that window. The filler never writes below a byte the writer may
+background filler allocates a bounded window ahead of the write position (FILL_AHEAD, in paced chunks,
+each allocation made durable by the filler itself) with `posix_fallocate`: blocks reserved, nothing
+written. Appends then land in allocated blocks and the disk holds the data plus that window. Zeros written
+ahead (O_DIRECT) did the same but wrote every byte twice: with three replicas on one disk the appends
+got half its bandwidth (docs/performance.md). The filler never touches a byte below one the writer may
 have written: both take `_fill_lock` around any write at or past `_filled`."""
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from .vfs import OUT_OF_FILES, OsFiles
 
 NAME_DIGITS = 20
 SPARE_SUFFIX = ".spare"  # segments allocated ahead by earlier versions: removed at load
-FILL_AHEAD = 32 << 20  # bytes zero-filled ahead of the write position
-FILL_CHUNK = 4 << 20  # one O_DIRECT write and one fdatasync: 1 MiB chunks fell behind a 150 MB/s writer
-FILL_ALIGN = 4096  # O_DIRECT writes whole blocks
+FILL_AHEAD = 32 << 20  # bytes allocated ahead of the write position
+FILL_CHUNK = 4 << 20  # one fallocate and one fdatasync
+FILL_ALIGN = 4096  # whole blocks
 PAGE = 4096  # appends end on a page boundary (zeros after the data): see SegmentList.write
 _ZEROS = memoryview(bytes(PAGE))
 FILL_PAUSE_S = 0.002  # between chunks once the window is half full: the appends keep most of the disk
@@ -64,7 +66,7 @@ class SegmentList:
         # swaps the set must not add it to the set the flush has already taken.
         self._dirty_lock = threading.Lock()
         self.preallocate = preallocate  # fill ahead (False: a read-only verifier never writes)
-        self._filled = 0  # bytes below this offset are written (data or zeros); above may be holes
+        self._filled = 0  # bytes below this offset have blocks (data, or allocated ahead); above may be holes
         self._write_end = 0  # the end of the latest write
         self._dropped = 0  # page cache below this offset has been dropped (see CACHE_BEHIND)
         self._synced = 0  # what the last sync made durable ends here
@@ -194,27 +196,22 @@ class SegmentList:
         self._fill_wanted.set()
 
     def _fill(self) -> None:
-        zeros = mmap.mmap(-1, FILL_CHUNK)  # page-aligned zeros, as O_DIRECT needs
         try:
             while not self._closing:
                 self._fill_wanted.wait()
                 self._fill_wanted.clear()
-                while not self._closing and self._fill_chunk(memoryview(zeros)):
+                while not self._closing and self._fill_chunk():
                     if self._filled - self._write_end > FILL_AHEAD // 2:
                         time.sleep(FILL_PAUSE_S)  # comfortably ahead: leave the disk to the appends
         except OSError as e:  # e.g. ENOSPC: no more filling ahead; appends then allocate as they write
             self.fill_error = e
-        finally:
-            zeros.close()
 
-    def _fill_chunk(self, zeros: memoryview) -> bool:
-        """Zero-fill the next aligned chunk ahead of the writer, durably; False when the window is full.
+    def _fill_chunk(self) -> bool:
+        """Allocate the next aligned chunk ahead of the writer, durably; False when the window is full.
 
-        The zeros go through an fd of their own, O_DIRECT where the file system allows it: they pass by
-        the page cache, so no append's fdatasync ever writes them, and what that fdatasync then finds is
-        written blocks, as in a pre-allocated file. A segment dropped meanwhile only gets zeros in its
-        unlinked file; the flush (`lock`) never waits for the filler's I/O, the writer (`_fill_lock`)
-        only for its pwrite."""
+        Through an fd of its own: a segment dropped meanwhile only gets blocks in its unlinked file. The
+        flush (`lock`) never waits for the filler's I/O, the writer (`_fill_lock`) only for its
+        fallocate."""
         with self.lock:
             start = -(-self._filled // FILL_ALIGN) * FILL_ALIGN  # the block the writer is in is allocated
             end = self._write_end + FILL_AHEAD
@@ -222,12 +219,7 @@ class SegmentList:
             if seg is None:
                 return False  # ahead far enough, or at the last segment's end (the writer creates more)
             try:
-                try:
-                    fd = os.open(seg.path, os.O_WRONLY | getattr(os, "O_DIRECT", 0) | getattr(os, "O_CLOEXEC", 0))
-                except OSError as e:  # no O_DIRECT here (tmpfs): buffered, then synced below
-                    if e.errno in OUT_OF_FILES:
-                        raise
-                    fd = os.dup(seg.fd)
+                fd = os.open(seg.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
             except OSError as e:
                 if e.errno in OUT_OF_FILES:
                     return False  # no descriptor free now: fill again at the writer's next wake-up
@@ -236,10 +228,10 @@ class SegmentList:
             with self._fill_lock:
                 if self._filled > start:
                     return True  # the writer went past meanwhile: look again
-                n = min(len(zeros), seg.start + self.size - start, end - start) // FILL_ALIGN * FILL_ALIGN
+                n = min(FILL_CHUNK, seg.start + self.size - start, end - start) // FILL_ALIGN * FILL_ALIGN
                 if n <= 0:
                     return False
-                self.files.pwrite(fd, zeros[:n], start - seg.start)
+                self.files.allocate(fd, start - seg.start, n)
                 self._filled = start + n
             self.files.fdatasync(fd)  # the allocation durable now, not in an append's fdatasync
         finally:
@@ -269,9 +261,9 @@ class SegmentList:
         end = offset + len(data)
         if rel + len(data) > self.size:
             raise StoreError(f"{self.dir}: write of {len(data)} bytes at {offset} crosses a segment end")
-        # The last page is written whole, zeros after the data (what the filler left there, or stale
-        # bytes past the log's end): a page partly written that is not in the page cache (the filler's
-        # zeros bypass it) is first read from disk, synchronously, which doubled a batch's pwrite.
+        # The last page is written whole, zeros after the data (what reads there already, or stale bytes
+        # past the log's end): a page partly written that is not in the page cache is first read from
+        # disk, synchronously, which doubled a batch's pwrite when written blocks lay ahead.
         tail_at = end - end % PAGE
         pad = min(tail_at + PAGE, seg.start + self.size) - end if end != tail_at else 0
         written = end + pad

@@ -35,6 +35,13 @@ class OsFiles:
             view = view[n:]
             offset += n
 
+    def allocate(self, fd: int, offset: int, length: int) -> None:
+        """Give [offset, offset + length) disk blocks without writing them (they read as zeros)."""
+        if hasattr(os, "posix_fallocate"):
+            os.posix_fallocate(fd, offset, length)
+        else:  # no fallocate here: zeros written
+            self.pwrite(fd, bytes(length), offset)
+
     def fdatasync(self, fd: int) -> None:
         os.fdatasync(fd)
 
