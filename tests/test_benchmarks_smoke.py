@@ -45,3 +45,12 @@ def test_spark_benchmark_runs_with_its_arrow_source() -> None:
                            "--repeat", "1"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "in-process Arrow source" in done.stdout and "quorumlog / Arrow" in done.stdout
+
+
+def test_disk_benchmark_runs(tmp_path: Path) -> None:
+    """Every way of preparing segments, two writers of 8 MiB; the files are removed afterwards."""
+    done = subprocess.run([sys.executable, str(BENCH / "disk_bench.py"), "--writers", "2", "--mib", "8",
+                           "--dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count(" ms\n") == 5 and "fallocate ahead" in done.stdout
+    assert list(tmp_path.iterdir()) == []
