@@ -73,10 +73,17 @@ def all_up_with_leader(doc: dict[str, Any]) -> bool:
     return all(n["up"] for n in doc["nodes"]) and group(doc)["leader"] is not None
 
 
+def all_following_the_leader(doc: dict[str, Any]) -> bool:
+    """Every node up, and every replica in the leader's term naming it (a follower that did not vote
+    learns both from the first heartbeat, up to a heartbeat interval after the election)."""
+    g = group(doc) if all_up_with_leader(doc) else None
+    return g is not None and all(r["term"] == g["term"] and r["leader"] == g["leader"] for r in g["replicas"])
+
+
 def test_cluster_api_shape_rates_and_a_dead_peer(cluster_factory: Any) -> None:
     cluster: LocalCluster = cluster_factory()
     served = cluster.nodes[0]
-    doc = wait_api(served, all_up_with_leader, 30, "every node up and a leader in /api/cluster")
+    doc = wait_api(served, all_following_the_leader, 30, "every node up and following a leader in /api/cluster")
     ids = [n.node_id for n in cluster.nodes]
     assert doc["served_by"] == "n0" and doc["cluster"] == "quorumlog"
     assert [n["id"] for n in doc["nodes"]] == ids
