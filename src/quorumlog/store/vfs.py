@@ -24,7 +24,7 @@ class OsFiles:
         """Write all of `data` at `offset`: a buffer, or a list of them written as one (pwritev)."""
         if isinstance(data, list):
             n = os.pwritev(fd, data, offset)
-            if n == sum(len(memoryview(d)) for d in data):
+            if n == sum(map(len, data)):  # byte buffers: len() counts bytes
                 return
             data, offset = b"".join(data)[n:], offset + n  # a short write: the rest the plain way
         view = memoryview(data)
