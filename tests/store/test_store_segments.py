@@ -29,7 +29,9 @@ def test_a_new_segment_is_sparse_and_the_filler_stays_a_window_ahead(tmp_path: P
         assert segments.FILL_AHEAD <= used <= segments.FILL_AHEAD + 2 * 4096, used
         seg.write(4096, bytes(40 * MiB))  # the writer moves on: the window follows, to the segment's end
         assert seg.wait_filled(30)
-        assert _allocated(tmp_path) == 64 * MiB
+        # The whole segment allocated, plus at most the file system's own blocks: with written and
+        # allocated-unwritten extents side by side, ext4 may need an extent block outside the inode.
+        assert 64 * MiB <= _allocated(tmp_path) <= 64 * MiB + 2 * 4096
     finally:
         seg.close()
 
