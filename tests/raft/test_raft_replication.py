@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from quorumlog.config import StoreConfig
 from quorumlog.errors import ResponseCode
 from quorumlog.raft.messages import Message, PushKind, PushRequest, PushResponse
 from quorumlog.sim.script import SCRIPT_RAFT, Script, store_with_terms
@@ -236,6 +237,19 @@ def test_raft_single_node_group_commits_after_its_own_flush() -> None:
     s.flush("solo")
     result = s.result("solo", rid)
     assert result is not None and result.code == ResponseCode.SUCCESS and result.first_index == 1
+
+
+def test_raft_single_node_group_with_async_flush_commits_at_its_write() -> None:
+    """With flush=async a write is durable as far as the store will say at once, and no flush and no
+    follower's ack follows it: a single-member group must commit in the propose itself (it timed out)."""
+    s = Script(["solo"], stores={"solo": MemoryStore(StoreConfig(flush="async"))})
+    s.auto_flush = False
+    s.elect("solo")
+    rid = s.propose("solo", [b"x", b"y"])
+    result = s.result("solo", rid)
+    assert result is not None and result.code == ResponseCode.SUCCESS
+    assert (result.first_index, result.last_index) == (1, 2)
+    assert s.stores["solo"].committed_index == 2
 
 
 def test_raft_idle_leader_repairs_a_follower_that_lost_its_log() -> None:

@@ -99,6 +99,9 @@ class Leader:
     def propose(self, requests: Sequence[AppendRequest], now: int, wall_ms: int, out: Ready) -> None:
         if self.appends.propose(requests, now, wall_ms, self.commit, out):
             self.dispatch_all(now, out)
+            store = self.store
+            if store.durable_index >= store.end_index:  # flush=async: no flush will report this write
+                self.advance_commit(out)
 
     # -- QuorumAckChecker ------------------------------------------------------------------------
     def advance_commit(self, out: Ready) -> None:
