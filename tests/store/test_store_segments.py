@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
+import struct
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from quorumlog.store import segments
 from quorumlog.store.segments import SegmentList
@@ -36,13 +41,18 @@ def test_a_new_segment_is_sparse_and_the_filler_stays_a_window_ahead(tmp_path: P
         seg.close()
 
 
-def test_the_filler_never_overwrites_what_the_writer_wrote(tmp_path: Path, monkeypatch: object) -> None:
+@pytest.mark.parametrize("prewrite", [False, True])
+def test_the_filler_never_overwrites_what_the_writer_wrote(tmp_path: Path, monkeypatch: object,
+                                                           prewrite: bool) -> None:
     """Writes race the filler over a window small enough that it is always just ahead: every byte
-    written must read back (a zero chunk landing on data would show here)."""
+    written must read back (a zero chunk landing on data would show here). With `prewrite`, the writer's
+    own zeros ahead are judged at every write and always slow."""
     monkeypatch.setattr(segments, "FILL_AHEAD", 64 * 1024)  # type: ignore[attr-defined]
     monkeypatch.setattr(segments, "FILL_PAUSE_S", 0.0)  # type: ignore[attr-defined]
+    monkeypatch.setattr(segments, "PREWRITE_AHEAD", 16 * 1024)  # type: ignore[attr-defined]
+    monkeypatch.setattr(segments, "PREWRITE_RATE", 1 << 60)  # type: ignore[attr-defined]
     size = 8 * MiB
-    seg = SegmentList(str(tmp_path), size, OsFiles())
+    seg = SegmentList(str(tmp_path), size, OsFiles(), prewrite=prewrite)
     written = bytearray()
     try:
         off = 0
@@ -190,3 +200,75 @@ def test_the_window_ahead_reads_as_zeros_and_a_full_disk_only_stops_it(tmp_path:
         assert bytes(full.view(0, 200)) == b"y" * 100 + b"z" * 100
     finally:
         full.close()
+
+
+_FS_IOC_FIEMAP = 0xC020660B
+_FIEMAP_FLAG_SYNC = 0x1
+_FIEMAP_EXTENT_UNWRITTEN = 0x800
+
+
+def _written_blocks(path: Path, start: int, length: int) -> int:
+    """Bytes of [start, start + length) in blocks that hold written data (FIEMAP: mapped extents that are
+    not unwritten; fallocated blocks and holes do not count)."""
+    count = 256
+    req = bytearray(struct.pack("=QQIIII", start, length, _FIEMAP_FLAG_SYNC, 0, count, 0) + bytes(56 * count))
+    with open(path, "rb") as f:
+        try:
+            fcntl.ioctl(f.fileno(), _FS_IOC_FIEMAP, req)
+        except OSError as e:
+            if e.errno in (errno.EOPNOTSUPP, errno.ENOTTY):
+                pytest.skip("this file system has no FIEMAP")
+            raise
+    mapped = struct.unpack_from("=I", req, 20)[0]
+    total = 0
+    for i in range(mapped):
+        logical, _phys, n = struct.unpack_from("=QQQ", req, 32 + 56 * i)
+        flags = struct.unpack_from("=I", req, 32 + 56 * i + 40)[0]
+        if not flags & _FIEMAP_EXTENT_UNWRITTEN:
+            total += max(0, min(logical + n, start + length) - max(logical, start))
+    return total
+
+
+def test_a_slow_writer_writes_zeros_ahead_into_its_allocated_blocks(tmp_path: Path) -> None:
+    """Small appends at a few per second: the blocks after the data are written (zeros, read as zeros), so
+    the next appends' fdatasyncs convert no extents; an fdatasync with them reads back the same."""
+    seg = SegmentList(str(tmp_path), 64 * MiB, OsFiles(), prewrite=True)
+    path = tmp_path / f"{0:020d}"
+    try:
+        seg.write(0, b"a" * 100)
+        assert seg.wait_filled(30)  # (with the data ending inside a block: it once waited for ever)
+        off = 100
+        for i in range(5):  # the first writes found the filler behind; once it is ahead, zeros follow
+            time.sleep(0.02)
+            seg.write(off, bytes([98 + i]) * 100)
+            off += 100
+        seg.sync()
+        ahead = segments.PREWRITE_AHEAD
+        assert _written_blocks(path, 0, 4096 + ahead) == 4096 + ahead  # the data's page, then the zeros
+        assert bytes(seg.view(off, ahead)) == bytes(ahead)
+        assert _written_blocks(path, 4096 + ahead, 8 * MiB) == 0  # past them: allocated, never written
+        assert bytes(seg.view(0, off)) == b"a" * 100 + b"".join(bytes([98 + i]) * 100 for i in range(5))
+    finally:
+        seg.close()
+
+
+def test_a_fast_writer_writes_no_zeros_ahead(tmp_path: Path) -> None:
+    """64 KiB writes back to back (far over PREWRITE_RATE): past the first judgement, the blocks ahead
+    of the data stay allocated and unwritten, and the bytes written are the data's."""
+    files = _Recording()
+    seg = SegmentList(str(tmp_path), 64 * MiB, files, prewrite=True)
+    path = tmp_path / f"{0:020d}"
+    chunk = b"f" * (64 * 1024)
+    try:
+        seg.write(0, chunk)
+        assert seg.wait_filled(30)
+        end = 16 * MiB
+        for off in range(len(chunk), end, len(chunk)):
+            seg.write(off, chunk)
+        seg.sync()
+        assert _written_blocks(path, end, 4 * MiB) == 0
+        assert sum(n for off, n in files.writes if off >= 1 * MiB) == end - 1 * MiB
+        # At most one run of zeros, at the start (the first judgement follows the wait for the filler).
+        assert _written_blocks(path, 0, 64 * MiB) <= end + segments.PREWRITE_AHEAD
+    finally:
+        seg.close()

@@ -120,7 +120,7 @@ class FileStore(FileCuts):
             os.makedirs(os.path.join(self.dir, "index"), exist_ok=True)
         except OSError as e:
             raise StoreError(f"cannot create store directory {self.dir}: {e.strerror}") from None
-        self.data = SegmentList(os.path.join(self.dir, "data"), self._seg, self.files)
+        self.data = SegmentList(os.path.join(self.dir, "data"), self._seg, self.files, prewrite=True)
         self.index = SegmentList(os.path.join(self.dir, "index"), self.config.index_segment_bytes, self.files)
         try:
             self._recover(cp, repair)
