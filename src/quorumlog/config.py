@@ -164,9 +164,10 @@ class GroupConfig:
         if ha.primary_backup:
             if ha.primary is None or ha.primary not in self.peers:
                 raise ConfigError(f"group {self.name!r}: a primary-backup group needs primary = one of its peers")
-            if ha.min_in_sync > len(self.peers) - 1:
-                raise ConfigError(f"group {self.name!r}: min_in_sync {ha.min_in_sync} exceeds its "
-                                  f"{len(self.peers) - 1} backups")
+            backups = len(self.peers) - 1
+            if ha.ack == "sync" and ha.min_in_sync > backups:  # (ASYNC appends never wait for a backup)
+                raise ConfigError(f"group {self.name!r}: min_in_sync {ha.min_in_sync} exceeds its {backups} backups: "
+                                  f"no SYNC append could succeed (set min_in_sync = {backups}, or ack = \"async\")")
             if ha.controller == self.name:
                 raise ConfigError(f"group {self.name!r} cannot be its own controller")
         elif ha.controller is not None or ha.primary is not None:

@@ -55,6 +55,16 @@ def test_bad_primary_backup_settings_are_refused_with_a_clear_error(tmp_path: Pa
         _load(tmp_path, '[[group]]\nname = "g0"\n' + PEERS + extra)
 
 
+def test_a_lone_primary_needs_async_or_min_in_sync_0(tmp_path: Path) -> None:
+    """min_in_sync bounds SYNC appends only: a primary without backups may run ASYNC (it once refused to
+    start), and SYNC with min_in_sync = 0; SYNC by default is refused with the way out in the message."""
+    lone = '[[group]]\nname = "g0"\npeers = "n0=127.0.0.1:1"\nreplication = "primary-backup"\nprimary = "n0"\n'
+    assert _load(tmp_path, lone + 'ack = "async"\n').groups[0].ha.ack == "async"  # type: ignore[attr-defined]
+    assert _load(tmp_path, lone + 'min_in_sync = 0\n').groups[0].ha.min_in_sync == 0  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match='exceeds its 0 backups.*min_in_sync = 0, or ack = "async"'):
+        _load(tmp_path, lone)
+
+
 def test_a_controller_must_hold_every_member(tmp_path: Path) -> None:
     ctl = '[[group]]\nname = "ctl"\npeers = "n0=127.0.0.1:1,n1=127.0.0.1:2"\n'
     with pytest.raises(ConfigError, match="every member must also be a member"):

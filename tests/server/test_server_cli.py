@@ -184,6 +184,57 @@ def test_bench_json_against_local_cluster(tmp_path: Path) -> None:
     assert doc["single"]["p50_vs_floor"] == pytest.approx(doc["single"]["p50_ms"] / doc["floor_ms"], rel=0.02)
 
 
+def _pids_with(text: str) -> list[int]:
+    """Processes whose command line contains `text`."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            with contextlib.suppress(OSError):
+                if text.encode() in Path(f"/proc/{d}/cmdline").read_bytes():
+                    out.append(int(d))
+    return out
+
+
+def test_bench_refuses_what_cannot_run_before_starting_a_node(tmp_path: Path) -> None:
+    """A config `serve` would refuse, or failovers nothing could survive, end at once with the reason (they
+    once waited 60 s for a leader among nodes that had exited); with no --failovers given, a single node
+    skips them; a lone primary runs ASYNC, and a lone Raft node with flush=async commits (it timed out)."""
+    r = ql("bench", "--local", "1", "--replication", "primary-backup", "--data-dir", str(tmp_path / "a"), timeout=30)
+    assert r.returncode == 2 and "min_in_sync 1 exceeds its 0 backups" in r.stderr, r.stderr
+    assert not _pids_with(str(tmp_path / "a"))
+    r = ql("bench", "--local", "1", "--failovers", "1", "--data-dir", str(tmp_path / "b"), timeout=30)
+    assert r.returncode == 2 and "a single node has no one to take over" in r.stderr, r.stderr
+    r = ql("bench", "--local", "2", "--replication", "primary-backup", "--failovers", "1", timeout=30)
+    assert r.returncode == 2 and "SLAVE_NOT_AVAILABLE" in r.stderr, r.stderr
+    for extra in (["--flush", "async"], ["--replication", "primary-backup", "--ack", "async"]):
+        r = ql("bench", "--local", "1", *extra, "--seconds", "1", "--single", "20", "--batch", "16", "--json",
+               timeout=120)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["single"]["appends"] == 20 and doc["throughput"]["appends_per_s"] > 0 and "failover" not in doc
+
+
+def test_bench_stopped_by_sigterm_stops_its_nodes_and_removes_its_data(tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    bench = subprocess.Popen([*QL, "bench", "--local", "3", "--seconds", "120", "--failovers", "0"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        root = wait_until(lambda: list(tmp_path.glob("quorumlog-bench-*")), 30, "the bench's data directory")[0]
+        nodes = wait_until(lambda: (p := _pids_with(str(root) + "/n")) and len(p) == 3 and p, 30, "three nodes")
+        wait_until(lambda: (root / "n0" / "g0").exists(), 30, "the nodes' stores")
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(60) == 128 + signal.SIGTERM
+        assert not [p for p in nodes if Path(f"/proc/{p}").exists()], "nodes outlived the bench"
+        assert not root.exists()
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait(10)
+        for p in _pids_with(str(tmp_path)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+
+
 def test_the_secret_comes_from_a_file_or_the_environment_never_argv(tmp_path: Path) -> None:
     (port,) = free_ports(1)
     secret_file = tmp_path / "secret"

@@ -25,6 +25,7 @@ from typing import Any
 
 import msgpack
 
+from ..errors import ConfigError
 from .client_cmds import add_connection_args, read_secret, tls_context
 
 
@@ -49,7 +50,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--inflight", type=int, default=8, help="requests in flight per connection (default 8)")
     p.add_argument("--batch", type=int, default=256, help="entries per request (default 256; 1 = single)")
     p.add_argument("--single", type=int, default=2000, help="one-at-a-time appends for latency (default 2000)")
-    p.add_argument("--failovers", type=int, default=5, help="leader kills with --local (default 5; 0 skips)")
+    p.add_argument("--failovers", type=int, default=None,
+                   help="leader kills with --local (default 5 where a leader or a SYNC backup remains, else 0; "
+                        "0 skips)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--no-idempotent", dest="idempotent", action="store_false",
                    help="plain appends, without the idempotent producer's (producer, sequence)")
@@ -262,6 +265,22 @@ async def _promote_best(c: Any, dead: str) -> None:
         await asyncio.sleep(0.05)
 
 
+def _failover_refusal(nodes: int | None, replication: str, ack: str) -> str | None:
+    """Why failovers cannot be timed on this --local cluster (no append could succeed after the kill)."""
+    if not nodes:
+        return None
+    if nodes < 2:
+        return "a single node has no one to take over"
+    if replication == "primary-backup" and ack == "sync" and nodes < 3:
+        return ("the promoted primary would have no backup, and a SYNC primary without one answers "
+                "SLAVE_NOT_AVAILABLE; use --local 3 or more, or --ack async")
+    return None
+
+
+def _exit_on_sigterm(_sig: int, _frame: object) -> None:
+    raise SystemExit(128 + signal.SIGTERM)
+
+
 def _warm_up(args: argparse.Namespace) -> None:
     """One append through every replica of a new group (retried until it has a leader or a confirmed
     primary)."""
@@ -281,12 +300,12 @@ def _bench(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     if not args.local and (args.replication is not None or args.ack is not None):
         console.print("[red]quorumlog bench: --replication and --ack configure the cluster --local starts; "
-                      "a running cluster's group keeps its own settings[/red]")
+                      "a running cluster's group keeps its own settings[/red]", soft_wrap=True)
         return 2
     replication = args.replication or "raft"
     if replication == "raft" and args.ack is not None:
         console.print("[red]quorumlog bench: --ack applies to --replication primary-backup (a Raft group "
-                      "answers once a majority holds the entry)[/red]")
+                      "answers once a majority holds the entry)[/red]", soft_wrap=True)
         return 2
     ack = args.ack or "sync"
     result: dict[str, Any] = {"size": args.size, "connections": args.connections, "inflight": args.inflight,
@@ -295,13 +314,27 @@ def _bench(args: argparse.Namespace) -> int:
         result["replication"] = replication
         if replication == "primary-backup":
             result["ack"] = ack
+    refused = _failover_refusal(args.local, replication, ack)
+    if args.failovers is None:
+        args.failovers = 0 if refused else 5
+    elif args.failovers > 0 and refused:
+        console.print(f"[red]quorumlog bench: no failover can be timed here: {refused} (or --failovers 0)[/red]",
+                      soft_wrap=True)
+        return 2
     cluster = None
     tmp = None
+    # SIGTERM ends the run as Ctrl-C does: the nodes (in sessions of their own) are stopped, the data removed.
+    old_term = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         if args.local:
             root = args.data_dir or (tmp := tempfile.mkdtemp(prefix="quorumlog-bench-"))
             ha = {"ack": ack} if replication == "primary-backup" else {}
             cluster = LocalCluster(Path(root), args.local, 1, flush=args.flush, replication=replication, ha=ha)
+            try:
+                cluster.check_configs()
+            except ConfigError as e:
+                console.print(f"[red]quorumlog bench: {e}[/red]", soft_wrap=True)
+                return 2
             cluster.start()
             args.endpoints = cluster.endpoints
             args.group = "g0"
@@ -342,6 +375,7 @@ def _bench(args: argparse.Namespace) -> int:
             import shutil
 
             shutil.rmtree(tmp, ignore_errors=True)
+        signal.signal(signal.SIGTERM, old_term)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
+
 
 def free_ports(n: int) -> list[int]:
     """n distinct ports the OS considers free right now (bound to port 0, then released)."""
@@ -158,6 +160,14 @@ class LocalCluster:
                 lines += ["[[group]]", f"name = {_toml_value(self.ha['controller'])}", f"peers = {_toml_value(peers)}"]
             node.config_path.write_text("\n".join(lines) + "\n")
 
+    def check_configs(self) -> None:
+        """Load every node's config as `serve` will: a bad one raises ConfigError here, before a process
+        starts only to exit with it in its log."""
+        from ..config import load_node_config
+
+        for node in self.nodes:
+            load_node_config(node.config_path)
+
     def command(self, node: LocalNode) -> list[str]:
         return [sys.executable, "-m", "quorumlog", "serve", "--config", str(node.config_path),
                 "--log-level", self.log_level]
@@ -231,13 +241,19 @@ def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int,
     store = {"data_segment_bytes": segment_mb << 20, "index_segment_bytes": 32 * max(1, (segment_mb << 20) // 200)}
     cluster = LocalCluster(Path(data_dir), nodes, groups, base_port, flush, secret, log_level, store=store,
                            replication=replication, ha=dict(ha or {}) if replication != "raft" else {})
+    try:
+        cluster.check_configs()
+    except ConfigError as e:
+        console.print(f"[red]quorumlog: error: {e}[/red]", soft_wrap=True)
+        return 2
     for node in cluster.nodes:
         for port in (node.port, node.admin_port):
             with socket.socket() as probe:
                 try:
                     probe.bind(("127.0.0.1", port))
                 except OSError as e:
-                    console.print(f"[red]quorumlog: error: port {port} is not free: {e.strerror}[/red]")
+                    console.print(f"[red]quorumlog: error: port {port} is not free: {e.strerror}[/red]",
+                                  soft_wrap=True)
                     return 2
     stop = False
 
