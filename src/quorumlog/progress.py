@@ -1,5 +1,5 @@
 """Progress of long commands (demo, check-store, local-cluster) on stderr, shown only when stderr is a
-terminal: piped output, --json and tests see nothing of it."""
+terminal: piped output, --json and tests see nothing of it; and the console tables go to."""
 
 from __future__ import annotations
 
@@ -17,6 +17,12 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+
+
+def table_console() -> Console:
+    """Where a command prints its table: stdout at the terminal's width, or, piped, wide enough that no
+    column is cut ("n…" in a file or a grep helps no one)."""
+    return Console() if sys.stdout.isatty() else Console(width=1000)
 
 
 def progress(*columns: str | ProgressColumn, console: Console | None = None) -> Progress:

@@ -65,6 +65,9 @@ def test_append_read_tail_status_transfer(cluster_factory: Any) -> None:
     leader = next(d["node"] for d in docs.values() if d["groups"]["g0"]["role"] == "leader")
     r = ql("status", *eps)
     assert r.returncode == 0 and "leader" in r.stdout
+    # Piped, the table is not cut to 80 columns: every endpoint and heading whole.
+    assert all(ep in r.stdout for ep in cluster.endpoints.split(",")), r.stdout
+    assert "committed" in r.stdout and "producers" in r.stdout and "…" not in r.stdout, r.stdout
     target = next(n.node_id for n in cluster.nodes if n.node_id != leader)
     r = ql("transfer-leader", *eps, "--to", target)
     assert r.returncode == 0, r.stderr

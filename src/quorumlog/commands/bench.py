@@ -384,8 +384,9 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _print(r: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from ..progress import table_console
 
     modes = {"raft": "Raft", "primary-backup": f"primary/backup {r.get('ack', '').upper()}"}
     mode = modes.get(r.get("replication", ""))
@@ -411,4 +412,4 @@ def _print(r: dict[str, Any]) -> None:
     if "failover" in r:
         f = r["failover"]
         t.add_row(f"failover median / max ({f['how']})", f"{f['median_s']} / {f['max_s']} s ({f['rounds']} rounds)")
-    Console().print(t)
+    table_console().print(t)

@@ -208,8 +208,9 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(docs, indent=2))
         return 0 if any("error" not in d for d in docs.values()) else 1
-    from rich.console import Console
     from rich.table import Table
+
+    from ..progress import table_console
 
     table = Table(title="quorumlog status")
     for col in ("endpoint", "node", "group", "role", "term", "leader", "begin", "end", "committed", "producers",
@@ -232,7 +233,7 @@ def _status(args: argparse.Namespace) -> int:
             table.add_row(addr, d["node"], name, f"{style}{role}", str(g["term"]), str(g["leader"] or "-"),
                           str(g["begin_index"]), str(g["end_index"]), str(g["committed_index"]),
                           str(g.get("producers", "-")), lag)
-    Console().print(table)
+    table_console().print(table)
     return 0 if any("error" not in d for d in docs.values()) else 1
 
 
