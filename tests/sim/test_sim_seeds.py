@@ -11,7 +11,7 @@ import pytest
 from quorumlog.raft import handler, pusher
 from quorumlog.raft.member import MemberState
 from quorumlog.raft.node import RaftNode
-from quorumlog.sim.cluster import ALL_FAULTS, SimConfig
+from quorumlog.sim.cluster import ALL_FAULTS, SINGLE_NODE_FAULTS, SimConfig
 from quorumlog.sim.runner import first_failure, main, run_seed
 
 SHORT = SimConfig(steps=300)
@@ -46,6 +46,22 @@ def test_sim_no_faults_has_one_leader_and_steady_progress() -> None:
         assert r.stats["elections"] == 1
         assert r.stats["append_WAIT_QUORUM_ACK_TIMEOUT"] == 0 and r.stats["append_TERM_CHANGED"] == 0
         assert r.stats["acked_entries"] > 100
+
+
+def test_sim_flush_async_seeds() -> None:
+    """Stores durable at write (flush=async): commits follow acks and proposals, never a flush. One node
+    commits in its own propose; without that, its appends waited for ever (the checker says "uncommitted
+    entries after a quiet period")."""
+    acked, _ = _run_range(range(50_000, 50_150), replace(SHORT, flush="async"))
+    assert acked > 15_000
+    for flush in ("async", "sync"):
+        acked, _ = _run_range(range(51_000, 51_050), replace(SHORT, nodes=1, flush=flush, faults=SINGLE_NODE_FAULTS))
+        assert acked > 5_000
+
+
+def test_sim_a_single_node_refuses_faults_that_need_peers() -> None:
+    with pytest.raises(ValueError, match="a single node takes only the faults"):
+        run_seed(1, replace(SHORT, nodes=1))
 
 
 def test_sim_file_store_seeds() -> None:

@@ -16,6 +16,7 @@ import tempfile
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..config import RaftConfig, StoreConfig
 from ..errors import ResponseCode
@@ -33,6 +34,8 @@ GROUP = "g0"
 _PRODUCER_FORGOTTEN = (ResponseCode.UNKNOWN_PRODUCER, ResponseCode.SEQUENCE_TOO_OLD)
 ALL_FAULTS = ("drop", "dup", "delay", "partition", "crash", "pause", "skew", "disk", "corrupt", "transfer",
               "wipe", "expire")
+# A single node has no peer to be cut from, to hand leadership to, or to recover lost data from.
+SINGLE_NODE_FAULTS = ("drop", "dup", "delay", "crash", "pause", "skew", "expire")
 # Virtual time after which a leader's expiry stops waiting for a silent member (it is reset on return).
 SIM_MEMBER_TIMEOUT_MS = 1500
 # A producer gives up a request after SIM_RETRY_MS (as a client after its retry_timeout) and continues
@@ -56,6 +59,10 @@ class SimConfig:
     step_ms: int = 10
     faults: tuple[str, ...] = ALL_FAULTS
     file_store: bool = False
+    # "async": a store is durable as soon as it is written (StoreConfig.flush), so commits never wait for
+    # a flush. Its links are then FIFO, as TCP's are: with reordering links a lagging follower's catch-up
+    # (every overtaken heartbeat answer costs a compare round) fell behind clients that commit at write.
+    flush: Literal["sync", "async"] = "sync"
     trace_len: int = 300
     window_steps: int = 600
     raft: RaftConfig = SIM_RAFT
@@ -109,6 +116,8 @@ class SimNode:
 
 class Cluster:
     def __init__(self, seed: int, cfg: SimConfig) -> None:
+        if cfg.nodes == 1 and not set(cfg.faults) <= set(SINGLE_NODE_FAULTS):
+            raise ValueError(f"a single node takes only the faults {', '.join(SINGLE_NODE_FAULTS)}")
         self.seed = seed
         self.cfg = cfg
         self.faults = set(cfg.faults)
@@ -117,6 +126,7 @@ class Cluster:
         self.time = 0
         self.step_no = 0
         self.net = Network(random.Random(self.rng.getrandbits(64)))
+        self.net.fifo = cfg.flush == "async"
         self.trace: deque[tuple[int, str, object]] = deque(maxlen=cfg.trace_len)
         self.stats: Counter[str] = Counter()
         self.outstanding: dict[tuple[str, int, int], Proposal] = {}
@@ -142,7 +152,7 @@ class Cluster:
     def _store_config(self) -> StoreConfig:
         # Small segments and no retention period, so expiry happens many times in a run.
         return StoreConfig(data_segment_bytes=16 * 1024, index_segment_bytes=32 * 1024, max_body_bytes=4096,
-                           file_reserved_hours=0)
+                           file_reserved_hours=0, flush=self.cfg.flush)
 
     def _open_store(self, node_id: str) -> LogStore:
         if self._tmp is None:

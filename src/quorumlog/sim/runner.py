@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .checker import InvariantViolation
-from .cluster import ALL_FAULTS, Cluster, SimConfig
+from .cluster import ALL_FAULTS, SINGLE_NODE_FAULTS, Cluster, SimConfig
 
 
 @dataclass(slots=True)
@@ -95,10 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="quorumlog simulate", description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", default="0:100", help="seed, range a:b (b excluded) or list a,b,c")
     p.add_argument("--steps", type=int, default=5000, help="steps per seed (10 ms of virtual time each)")
-    p.add_argument("--nodes", type=int, default=3, choices=(3, 5))
+    p.add_argument("--nodes", type=int, default=3, choices=(1, 3, 5))
     p.add_argument("--faults", type=parse_faults, default=ALL_FAULTS,
-                   help=f"comma list from {','.join(ALL_FAULTS)}, or all / none (default all)")
+                   help=f"comma list from {','.join(ALL_FAULTS)}, or all / none (default all; with one node "
+                        f"{','.join(SINGLE_NODE_FAULTS)})")
     p.add_argument("--file-store", action="store_true", help="FileStores in temporary directories")
+    p.add_argument("--flush", choices=("sync", "async"), default="sync",
+                   help="stores' flush mode (async: durable at write, and FIFO links)")
     p.add_argument("--trace", type=int, default=120, help="trace lines shown for a failure")
     p.add_argument("--max-failures", type=int, default=3, help="stop after this many failing seeds")
     p.add_argument("-q", "--quiet", action="store_true", help="only failures and the summary")
@@ -107,8 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.nodes == 1 and args.faults == ALL_FAULTS:
+        args.faults = SINGLE_NODE_FAULTS
     cfg = replace(SimConfig(), nodes=args.nodes, steps=args.steps, faults=args.faults,
-                  file_store=args.file_store, trace_len=max(args.trace, 1))
+                  file_store=args.file_store, flush=args.flush, trace_len=max(args.trace, 1))
     seeds = parse_seeds(args.seeds)
     totals: Counter[str] = Counter()
     failures: list[SeedResult] = []
@@ -123,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--- last {args.trace} events ---\n{r.trace}", file=sys.stderr)
             faults = ",".join(cfg.faults) or "none"
             print(f"--- replay: quorumlog simulate --seeds {seed} --steps {cfg.steps} --nodes {cfg.nodes} "
-                  f"--faults {faults}{' --file-store' if cfg.file_store else ''}", file=sys.stderr)
+                  f"--faults {faults}{' --file-store' if cfg.file_store else ''}"
+                  f"{' --flush async' if cfg.flush == 'async' else ''}", file=sys.stderr)
             if len(failures) >= args.max_failures:
                 break
         if not args.quiet and n % 100 == 0:
