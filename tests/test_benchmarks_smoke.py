@@ -54,3 +54,11 @@ def test_disk_benchmark_runs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count(" ms\n") == 5 and "fallocate ahead" in done.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_relay_benchmark_runs() -> None:
+    """The bare uvloop relay in quorumlog's topology (the floor under its one-at-a-time appends)."""
+    done = subprocess.run([sys.executable, str(BENCH / "relay_bench.py"), "--count", "200"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "relay client -> leader -> 2 followers -> leader -> client, 100 B: p50" in done.stdout
