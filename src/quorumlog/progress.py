@@ -1,5 +1,5 @@
 """Progress of long commands (demo, check-store, local-cluster) on stderr, shown only when stderr is a
-terminal: piped output, --json and tests see nothing of it; and the console tables go to."""
+terminal: piped output, --json and tests see nothing of it. Also the console that tables print to."""
 
 from __future__ import annotations
 
