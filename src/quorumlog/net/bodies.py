@@ -235,7 +235,7 @@ class Schema:
     (code, reason, leader) instead of this schema's; see decode_response().
     """
 
-    __slots__ = ("name", "fields", "types", "record", "generic_errors", "_bytes_at")
+    __slots__ = ("name", "fields", "types", "record", "generic_errors", "_bytes_at", "_checks")
 
     def __init__(self, name: str, fields: Sequence[tuple[str, FieldType]], *,
                  generic_errors: bool = True) -> None:
@@ -245,6 +245,8 @@ class Schema:
         self.record: Any = namedtuple(name, [n for n, _ in self.fields])  # type: ignore[misc]
         self.generic_errors = generic_errors
         self._bytes_at = tuple(i for i, t in enumerate(self.types) if isinstance(t, Bytes))
+        # (check, where) per field, made once: a message is validated field by field on every receive.
+        self._checks = tuple((t.check, f"{name}.{n}") for n, t in self.fields)
 
     def __repr__(self) -> str:
         return f"Schema({self.name}: {', '.join(f'{n}: {t.name}' for n, t in self.fields)})"
@@ -253,10 +255,10 @@ class Schema:
         """Check already-unpacked values; return them as this schema's record."""
         if not isinstance(values, list | tuple):
             raise ProtocolError(f"{self.name}: body is not an array")
-        if len(values) != len(self.types):
-            raise ProtocolError(f"{self.name}: expected {len(self.types)} fields, got {len(values)}")
-        for (fname, ftype), v in zip(self.fields, values, strict=True):
-            ftype.check(v, f"{self.name}.{fname}")
+        if len(values) != len(self._checks):
+            raise ProtocolError(f"{self.name}: expected {len(self._checks)} fields, got {len(values)}")
+        for (check, where), v in zip(self._checks, values, strict=False):  # lengths compared above
+            check(v, where)
         return self.record._make(values)
 
     def encode(self, *values: Any) -> bytes:
