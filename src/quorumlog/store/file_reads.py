@@ -28,6 +28,7 @@ class FileReads:
     _begin_chain: int
     _begin_term: int
     _end: int
+    _end_term: int
     _seg: int
     _max_body: int
     _recent: RecentBatches
@@ -108,6 +109,8 @@ class FileReads:
     def term_at(self, index: int) -> int:
         if index == self._begin - 1:
             return self._begin_term
+        if index == self._end:  # the one a leader and a follower ask for most, once or twice an append
+            return self._end_term
         return self._unit(index)[4]
 
     def _iter_raw(self, start: int, max_count: int, max_bytes: int, control: bool = True,
