@@ -79,7 +79,7 @@ def test_errors_are_one_line_and_non_zero(cluster_factory: Any) -> None:
     cluster = cluster_factory(nodes=1)
     r = ql("append", "--endpoints", cluster.endpoints, "--group", "nope", "--timeout", "2", "x")
     assert r.returncode != 0
-    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "UNKNOWN_GROUP" in r.stderr
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and r.stderr.count("UNKNOWN_GROUP") == 1, r.stderr
     (port,) = free_ports(1)
     r = ql("read", "--endpoints", f"127.0.0.1:{port}", "--count", "1", "--timeout", "1")
     assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "error" in r.stderr

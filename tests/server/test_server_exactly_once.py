@@ -89,6 +89,9 @@ def test_conditional_append_duplicates_and_their_counters_over_the_wire(cluster_
         with pytest.raises(ExpectedEndMismatchError) as refused:
             c.append(b"stale", expected_end=-1)
         assert refused.value.actual_end == first.index
+        # The code named once, then where and why (the reason repeated the code's name).
+        assert str(refused.value).startswith("EXPECTED_END_MISMATCH: the group's last entry is ")
+        assert str(refused.value).count("EXPECTED_END_MISMATCH") == 1
         second = c.append_many([b"second", b"third"], expected_end=first.index)
         assert [r.index for r in second] == [first.index + 1, first.index + 2]
 

@@ -196,7 +196,7 @@ class AsyncClient:
             for r in results:
                 if isinstance(r, BaseException):
                     if isinstance(r, ResponseError | HandshakeError) and r.code == ResponseCode.UNKNOWN_GROUP:
-                        raise error_for(r.code, str(r))
+                        raise error_for(r.code, r.reason if isinstance(r, ResponseError) else str(r))
                     if isinstance(r, HandshakeError):
                         raise r
                     last = r

@@ -421,13 +421,13 @@ class Group:
                 body = APPEND_BATCH_RESPONSE.ok(c.first_index, c.term, list(positions))
             _respond(a, body)
             return
-        name = _code_name(c.code)
         hint = c.leader_id if c.leader_id != self.node_id else None
+        # The reason says where; the code (which clients show by name before it) says what.
         if c.detail is not None:  # EXPECTED_END_MISMATCH: the actual last entry, for the client to read
-            body = encode_error(c.code, f"{name}: the group's last entry is {c.detail} (group {self.name} on "
+            body = encode_error(c.code, f"the group's last entry is {c.detail} (group {self.name} on "
                                 f"{self.node_id})", hint, c.detail)
         else:
-            body = encode_error(c.code, f"{name} (group {self.name} on {self.node_id})", hint)
+            body = encode_error(c.code, f"group {self.name} on {self.node_id}", hint)
         _respond(a, body)
 
     def _complete_transfer(self, c: Completion) -> None:
@@ -440,7 +440,7 @@ class Group:
         if c.code == SUCCESS:
             conn.respond(frame, LEADERSHIP_TRANSFER_RESPONSE.ok(c.leader_id, c.term))
         else:
-            conn.respond_error(frame, c.code, f"{_code_name(c.code)}: transfer in group {self.name}", c.leader_id)
+            conn.respond_error(frame, c.code, f"transfer in group {self.name}", c.leader_id)
 
     # -- client requests ---------------------------------------------------------------------------
     def enqueue_append(self, conn: Connection, frame: Frame, bodies: list[bytes], single: bool, producer: int = 0,
