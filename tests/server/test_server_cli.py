@@ -83,6 +83,9 @@ def test_errors_are_one_line_and_non_zero(cluster_factory: Any) -> None:
     (port,) = free_ports(1)
     r = ql("read", "--endpoints", f"127.0.0.1:{port}", "--count", "1", "--timeout", "1")
     assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "error" in r.stderr
+    for args in (["read", "--from", "-5"], ["read", "--count", "-3"], ["tail", "-n", "-2"], ["read", "--from", "x"]):
+        r = ql(*args, "--endpoints", cluster.endpoints)  # refused before connecting (they printed nothing)
+        assert r.returncode == 2 and ("must be 0 or more" in r.stderr or "not an integer" in r.stderr), r.stderr
     for cmd in ("serve", "local-cluster", "append", "read", "tail", "status", "transfer-leader", "bench"):
         h = ql(cmd, "--help")
         assert h.returncode == 0 and "usage:" in h.stdout, cmd

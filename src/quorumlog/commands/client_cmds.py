@@ -56,6 +56,17 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=15.0, help="seconds to keep retrying across a leader change")
 
 
+def non_negative(text: str) -> int:
+    """argparse type: an integer of 0 or more (an index, a count)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("append", help="append entries (arguments, or stdin lines)", description=(
         "Append each argument as one entry, or each line of stdin when there are no arguments (or '-'). "
@@ -72,8 +83,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("read", help="read committed entries", description="Print committed entries from an index.")
     add_connection_args(p)
-    p.add_argument("--from", dest="start", type=int, default=0, help="first index (default 0)")
-    p.add_argument("--count", type=int, default=100, help="how many indexes (default 100)")
+    p.add_argument("--from", dest="start", type=non_negative, default=0, help="first index (default 0)")
+    p.add_argument("--count", type=non_negative, default=100, help="how many indexes (default 100)")
     p.add_argument("--format", choices=("raw", "hex", "json"), default="raw",
                    help="raw: bodies, one per line; hex: index term hex; json: one object per line")
     p.add_argument("--include-control", action="store_true", help="also NOOP and CONFIG entries")
@@ -83,8 +94,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                        description="Print the last --lines committed entries; with -f keep printing new ones.")
     add_connection_args(p)
     p.add_argument("-f", "--follow", action="store_true", help="wait for and print new entries until Ctrl-C")
-    p.add_argument("-n", "--lines", type=int, default=10, help="how many of the last entries first (default 10)")
-    p.add_argument("--from", dest="start", type=int, help="start at this index instead")
+    p.add_argument("-n", "--lines", type=non_negative, default=10,
+                   help="how many of the last entries first (default 10)")
+    p.add_argument("--from", dest="start", type=non_negative, help="start at this index instead")
     p.add_argument("--format", choices=("raw", "hex", "json"), default="raw")
     p.set_defaults(func=_tail)
 
