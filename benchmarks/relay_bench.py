@@ -16,7 +16,8 @@ import socket
 import statistics
 import subprocess
 import sys
-import time
+
+from quorumlog.commands.bench import round_trip
 
 _NODE = r"""
 import asyncio, socket, sys
@@ -75,22 +76,10 @@ def relay(size: int, count: int) -> list[float]:
             ports.append(port)
         proc, port = _start("leader", *map(str, ports))
         procs.append(proc)
-        lat = []
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             pad = b"x" * max(0, size - 8)
-            for i in range(count):
-                msg = i.to_bytes(8, "big") + pad
-                t = time.perf_counter()
-                s.sendall(msg)
-                got = 0
-                while got < len(msg):
-                    chunk = s.recv(len(msg) - got)
-                    if not chunk:
-                        raise OSError("the leader closed the connection")
-                    got += len(chunk)
-                lat.append(time.perf_counter() - t)
-        return lat
+            return [round_trip(s, i.to_bytes(8, "big") + pad) for i in range(count)]
     finally:
         for proc in procs:
             proc.kill()

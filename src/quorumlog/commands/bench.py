@@ -104,6 +104,19 @@ while b := c.recv(65536):
 """
 
 
+def round_trip(s: socket.socket, msg: bytes) -> float:
+    """Seconds to send `msg` on a blocking socket and receive as many bytes back."""
+    t = time.perf_counter()
+    s.sendall(msg)
+    got = 0
+    while got < len(msg):
+        chunk = s.recv(len(msg) - got)
+        if not chunk:
+            raise OSError("the other end closed the connection")
+        got += len(chunk)
+    return time.perf_counter() - t
+
+
 def loopback_probe(size: int = 100, n: int = 2000) -> dict[str, float]:
     """Round trips of `size` bytes to an echo process over loopback. Two of them and one fdatasync (the
     fsync probe) are the floor under one acknowledged append: client to leader, leader to follower."""
@@ -113,18 +126,8 @@ def loopback_probe(size: int = 100, n: int = 2000) -> dict[str, float]:
         port = int(proc.stdout.readline())
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            msg, lat = os.urandom(size), []
-            for _ in range(n):
-                t = time.perf_counter()
-                s.sendall(msg)
-                got = 0
-                while got < size:
-                    chunk = s.recv(size - got)
-                    if not chunk:
-                        raise OSError("the echo process closed the connection")
-                    got += len(chunk)
-                lat.append(time.perf_counter() - t)
-        return _lat(lat)
+            msg = os.urandom(size)
+            return _lat([round_trip(s, msg) for _ in range(n)])
     finally:
         proc.kill()
         proc.wait()
