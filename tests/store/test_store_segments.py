@@ -272,3 +272,50 @@ def test_a_fast_writer_writes_no_zeros_ahead(tmp_path: Path) -> None:
         assert _written_blocks(path, 0, 64 * MiB) <= end + segments.PREWRITE_AHEAD
     finally:
         seg.close()
+
+
+@pytest.mark.parametrize("size", [8 * MiB, 32 * 335_544])  # within the window; the second as an index's
+def test_a_writer_near_the_last_segments_end_does_not_wake_the_filler_again_and_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+    """With the segment allocated as far as the filler can go (its end, or its last whole block), the
+    filler has nothing to do until the writer makes a new segment: a write must not wake it. It once did
+    on every write (a thread switch, an open and a close per append, on every replica)."""
+    chunks = 0
+    fill_chunk = SegmentList._fill_chunk
+
+    def counting(self: SegmentList) -> bool:
+        nonlocal chunks
+        chunks += 1
+        return fill_chunk(self)
+
+    monkeypatch.setattr(SegmentList, "_fill_chunk", counting)
+    seg = SegmentList(str(tmp_path), size, OsFiles())
+    try:
+        seg.write(0, b"i" * 32)
+        assert seg.wait_filled(30)
+        assert _allocated(tmp_path) >= size - size % segments.FILL_ALIGN
+        time.sleep(0.05)  # the filler's last look done
+        before = chunks
+        for i in range(1, 101):  # appends one at a time
+            seg.write(32 * i, b"i" * 32)
+            time.sleep(0.001)
+        assert chunks - before <= 1, chunks - before
+        assert bytes(seg.view(0, 32 * 101)) == b"i" * (32 * 101)
+    finally:
+        seg.close()
+
+
+def test_the_filler_goes_on_into_the_next_segment_when_the_size_is_no_multiple_of_a_block(tmp_path: Path) -> None:
+    """An index segment's size is a multiple of its 32-byte units, not of the block: the filler once
+    stopped at the first segment's last whole block, and every later segment was written into holes."""
+    size = 32 * 335_544  # 10 MiB + 1,792 bytes: 2,621 whole blocks and a tail
+    seg = SegmentList(str(tmp_path), size, OsFiles())
+    try:
+        seg.write(0, b"i" * 32)
+        seg.write(size, b"j" * 32)  # the second segment
+        assert seg.wait_filled(30)
+        second = tmp_path / f"{size:020d}"
+        assert os.stat(second).st_blocks * 512 >= size - size % segments.FILL_ALIGN
+        assert bytes(seg.view(size, 32)) == b"j" * 32 and bytes(seg.view(0, 32)) == b"i" * 32
+    finally:
+        seg.close()

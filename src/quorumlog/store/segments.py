@@ -225,11 +225,11 @@ class SegmentList:
         flush (`lock`) never waits for the filler's I/O, the writer (`_fill_lock`) only for its
         fallocate."""
         with self.lock:
-            start = -(-self._filled // FILL_ALIGN) * FILL_ALIGN  # the block the writer is in is allocated
-            end = self._write_end + FILL_AHEAD
-            seg = self.find(start) if start + FILL_ALIGN <= end else None
-            if seg is None:
+            plan = self._next_fill()
+            if plan is None:
                 return False  # ahead far enough, or at the last segment's end (the writer creates more)
+            seg, start = plan
+            end = self._write_end + FILL_AHEAD
             try:
                 fd = os.open(seg.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
             except OSError as e:
@@ -250,6 +250,21 @@ class SegmentList:
             os.close(fd)
         return True
 
+    def _next_fill(self) -> tuple[Segment, int] | None:
+        """Where the filler allocates next: the first whole block (counted from its segment's start) at
+        or past `_filled`, in the next segment when this one has none left; None when the window ahead of
+        the writer ends before it, or no segment holds it yet."""
+        seg = self.find(self._filled)
+        if seg is None:
+            return None
+        rel = -(-(self._filled - seg.start) // FILL_ALIGN) * FILL_ALIGN  # the writer's block is allocated
+        if rel + FILL_ALIGN > self.size:  # (a size that is no multiple of the block leaves a tail)
+            seg, rel = self.find(seg.start + self.size), 0
+            if seg is None:
+                return None
+        start = seg.start + rel
+        return (seg, start) if start + FILL_ALIGN <= self._write_end + FILL_AHEAD else None
+
     @property
     def unsynced_bytes(self) -> int:
         """Bytes written since the last sync began (what the next one will write out, about)."""
@@ -259,10 +274,8 @@ class SegmentList:
         """Block (bounded) until the window ahead of the write position is filled (benchmarks)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            with self._fill_lock:
-                target = min(self._write_end + FILL_AHEAD, self.end)
-                target -= target % FILL_ALIGN  # the filler allocates whole blocks
-                if not self.preallocate or self._filled >= target or self.fill_error is not None:
+            with self.lock, self._fill_lock:
+                if not self.preallocate or self.fill_error is not None or self._next_fill() is None:
                     return True
             time.sleep(0.01)
         return False
@@ -295,7 +308,9 @@ class SegmentList:
             self._dropped = offset - offset % PAGE
         with self._dirty_lock:
             self.dirty.add(seg)
-        if self._filled < end + FILL_AHEAD // 2:
+        # Not at the last segment's end, where the filler has nothing to do until the writer makes the
+        # next segment: waking it there cost every append a thread switch, an open and a close.
+        if self._filled < end + FILL_AHEAD // 2 and self._filled + FILL_ALIGN <= self.end - self.size % FILL_ALIGN:
             self._wake_filler()
 
     def _zeros_ahead(self, seg: Segment, written: int) -> int:
