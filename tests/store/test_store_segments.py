@@ -319,3 +319,60 @@ def test_the_filler_goes_on_into_the_next_segment_when_the_size_is_no_multiple_o
         assert bytes(seg.view(size, 32)) == b"j" * 32 and bytes(seg.view(0, 32)) == b"i" * 32
     finally:
         seg.close()
+
+
+def test_pages_are_dropped_in_each_files_own_pages_when_the_size_is_no_multiple_of_a_page(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Segments of 1 MiB + 256 bytes (an index's size is counted in 32-byte units): the second segment
+    starts inside a page of the offset space. The drop once passed madvise that unaligned offset; EINVAL
+    failed the store, and `quorumlog local-cluster` lost all its nodes at once after ~2.9M entries."""
+    monkeypatch.setattr(segments, "CACHE_BEHIND", 256 * 1024)
+    monkeypatch.setattr(segments, "DROP_STEP", 64 * 1024)
+    size = 32 * 32_776
+    seg = SegmentList(str(tmp_path), size, OsFiles(), preallocate=False)
+    data = os.urandom(4 * size)
+    try:
+        at = 0
+        while at < len(data):
+            n = min(60_000, (at // size + 1) * size - at, len(data) - at)  # never across a segment's end
+            seg.write(at, data[at:at + n])
+            seg.sync()
+            at += n
+        assert seg.drop_error is None
+        fd = os.open(tmp_path / f"{size:020d}", os.O_RDONLY)
+        try:
+            last = size - size % 4096  # the file's last page, partly beyond its end
+            if hasattr(os, "RWF_NOWAIT") and _cached(fd, 0):  # (a file system that shows its cache)
+                pytest.fail("the second segment's first page stayed cached")
+            if hasattr(os, "RWF_NOWAIT") and (_cached(fd, last - 4096) or _cached(fd, last)):
+                pytest.fail("the second segment's last pages stayed cached")
+        finally:
+            os.close(fd)
+        for k in range(4):
+            assert bytes(seg.view(k * size, size)) == data[k * size:(k + 1) * size]
+    finally:
+        seg.close()
+
+
+def test_a_failed_drop_of_cached_pages_stops_dropping_never_the_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropping cached pages only saves memory: its error is kept (drop_error), the writes and syncs go on."""
+    monkeypatch.setattr(segments, "CACHE_BEHIND", 64 * 1024)
+    monkeypatch.setattr(segments, "DROP_STEP", 16 * 1024)
+
+    class NoDrop(OsFiles):
+        calls = 0
+
+        def drop_cache(self, fd: int, mapped: object, offset: int, length: int) -> None:  # type: ignore[override]
+            NoDrop.calls += 1
+            raise OSError(errno.EINVAL, "Invalid argument")
+
+    seg = SegmentList(str(tmp_path), 1 * MiB, NoDrop(), preallocate=False)
+    try:
+        for i in range(16):
+            seg.write(i * 16384, bytes([i]) * 16384)
+            seg.sync()
+        assert isinstance(seg.drop_error, OSError) and NoDrop.calls == 1
+        assert bytes(seg.view(15 * 16384, 16384)) == bytes([15]) * 16384
+    finally:
+        seg.close()

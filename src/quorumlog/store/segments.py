@@ -87,6 +87,7 @@ class SegmentList:
         self._filler: threading.Thread | None = None
         self._closing = False
         self.fill_error: BaseException | None = None  # the filler stopped (the appends still work)
+        self.drop_error: OSError | None = None  # dropping cached pages stopped (see CACHE_BEHIND)
 
     # -- loading -------------------------------------------------------------------------------
     def load(self, cache: bool = False) -> list[str]:
@@ -359,14 +360,28 @@ class SegmentList:
                 self._drop_cache(upto - upto % PAGE)
 
     def _drop_cache(self, upto: int) -> None:
-        """Drop cached pages of [max(_dropped, start), upto), segment by segment (under `lock`)."""
+        """Drop cached pages of [max(_dropped, start), upto), segment by segment (under `lock`).
+
+        In each file's own pages: a segment size that is no multiple of the page (an index's, counted in
+        32-byte units) starts later segments inside a page of the offset space, and an unaligned start
+        made madvise fail. Dropping only saves memory: a failure stops it (drop_error), never the store."""
         at = max(self._dropped, self.start)
-        while at < upto:
+        while at < upto and self.drop_error is None:
             seg = self.find(at)
             if seg is None:
                 break
             stop = min(upto, seg.start + self.size)
-            self.files.drop_cache(seg.fd, seg.map, at - seg.start, stop - at)
+            rel, rel_stop = at - seg.start, stop - seg.start
+            rel -= rel % PAGE  # the page left at the last step's end (synced long ago, like all here)
+            if stop == seg.start + self.size:  # the file's last page too (the kernel keeps partial ones)
+                rel_stop += -rel_stop % PAGE
+            else:
+                rel_stop -= rel_stop % PAGE
+            try:
+                if rel < rel_stop:
+                    self.files.drop_cache(seg.fd, seg.map, rel, rel_stop - rel)
+            except OSError as e:
+                self.drop_error = e
             at = stop
         self._dropped = max(self._dropped, upto)
 
