@@ -132,10 +132,11 @@ def test_failed_fsync_is_not_retried_into_success(tmp_path: Path) -> None:
     s = FileStore(tmp_path / "s", CFG, files=files)
     s.append([b"a"], 1)
     files.arm("fdatasync", 1)
-    with pytest.raises(DiskError):
+    with pytest.raises(DiskError) as first:
         s.flush()
-    with pytest.raises(DiskError):
+    with pytest.raises(DiskError, match="failed earlier") as later:
         s.flush()
+    assert later.value.__cause__ is first.value  # a later error leads to where the disk failed
     assert s.durable_index == -1
     s.close()
 

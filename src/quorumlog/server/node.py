@@ -209,7 +209,9 @@ class NodeServer:
     def _fatal_error(self, e: BaseException) -> None:
         if self._fatal is None:
             self._fatal = e
-            log.critical("node %s: fatal store error, stopping: %s", self.node_id, e)
+            # With the traceback: where the disk failed (the store's first failure is chained to any
+            # later "failed earlier" error).
+            log.critical("node %s: fatal store error, stopping: %s", self.node_id, e, exc_info=e)
         self._stop.set()
 
     async def _serve_admin(self, sock: socket.socket) -> None:

@@ -229,7 +229,7 @@ class FileStore(FileCuts):
     # -- writes --------------------------------------------------------------------------------
     def _check_writable(self) -> None:
         if self._failed is not None:
-            raise DiskError(f"store {self.dir} failed earlier and must be reopened: {self._failed}")
+            raise DiskError(f"store {self.dir} failed earlier and must be reopened: {self._failed}") from self._failed
         if self._closed:
             raise StoreError(f"store {self.dir} is closed")
 
