@@ -83,6 +83,7 @@ class SegmentList:
         self._prewrite_t = 0.0  # ... and this time
         self._prewrite_next = 0  # a write reaching this offset is judged (about PREWRITE_AHEAD / 2 apart)
         self._fill_lock = threading.Lock()
+        self._create_lock = threading.Lock()  # one segment created at a time: the writer's or the filler's
         self._fill_wanted = threading.Event()
         self._filler: threading.Thread | None = None
         self._closing = False
@@ -106,6 +107,12 @@ class SegmentList:
                 raise StoreError(f"{os.path.join(self.dir, name)}: not a segment file name")
             names.append(name)
         names.sort()
+        # Segments the filler created ahead of the writer that it never reached: no entry (nor index unit)
+        # starts there, as every one starts with a nonzero magic. Removed, so that one lost to damage
+        # before them reads as a lost tail (recovery's to judge), not as a hole; the first one is kept,
+        # as it holds the list's start.
+        while len(names) > 1 and not int(names[-1]) % self.size and self._unused(os.path.join(self.dir, names[-1])):
+            self.files.unlink(os.path.join(self.dir, names.pop()))
         prev = None
         for name in names:
             start = int(name)
@@ -130,6 +137,13 @@ class SegmentList:
             self.segments.append(Segment(start, path, fd, self.files.map(fd, self.size)))
             prev = start
         return notes
+
+    def _unused(self, path: str) -> bool:
+        fd = self.files.open(path)
+        try:
+            return not any(os.pread(fd, 4, 0))
+        finally:
+            self.files.close(fd)
 
     # -- geometry ------------------------------------------------------------------------------
     @property
@@ -166,28 +180,63 @@ class SegmentList:
         base = offset - offset % self.size
         if self.segments and base < self.segments[0].start:
             raise StoreError(f"{self.dir}: offset {offset} is before the first segment")
-        nxt = self.end if self.segments else base
-        while True:
-            path = os.path.join(self.dir, f"{nxt:0{NAME_DIGITS}d}")
-            fd = self._open_allocated(path)
+        with self._create_lock:  # (the filler may be creating the next one: then it is there after)
+            while True:
+                seg = self.find(offset)
+                if seg is not None:
+                    return seg
+                nxt = self.end if self.segments else base
+                seg = self._create(nxt)
+                with self.lock:
+                    self.segments.append(seg)
+
+    def _create(self, start: int) -> Segment:
+        """Create the segment starting at `start` (under `_create_lock`): sparse, at its full size, and
+        durable before any write lands in it; on failure (no descriptor for the directory) it is not
+        taken, and the next attempt opens and syncs it again."""
+        path = os.path.join(self.dir, f"{start:0{NAME_DIGITS}d}")
+        fd = self._open_allocated(path)
+        try:
+            mapped = self.files.map(fd, self.size)
             try:
-                mapped = self.files.map(fd, self.size)
-                try:
-                    # Durable before any write lands in it; on failure (no descriptor for the directory)
-                    # it is not taken, and the next ensure() opens and syncs it again.
-                    self.files.fsync_dir(self.dir)
-                except BaseException:
-                    mapped.close()
-                    raise
+                self.files.fsync_dir(self.dir)
             except BaseException:
-                self.files.close(fd)
+                mapped.close()
                 raise
-            seg = Segment(nxt, path, fd, mapped)
+        except BaseException:
+            self.files.close(fd)
+            raise
+        return Segment(start, path, fd, mapped)
+
+    def _create_next(self) -> bool:
+        """In the filler: create the segment after the last, where the writer will go next, so that its
+        fsyncs (the file's and the directory's, 15-40 ms under load) are not on the writer's path; False
+        when none is wanted. At most one segment ahead of the writer's."""
+        with self._create_lock:
             with self.lock:
-                self.segments.append(seg)
-            if nxt == base:
-                return seg
-            nxt += self.size
+                if not self._next_wanted():
+                    return False
+                start = self.end
+            try:
+                seg = self._create(start)
+            except OSError as e:
+                if e.errno in OUT_OF_FILES:
+                    return False  # no descriptor free now: the writer makes it, or the filler later
+                raise
+            with self.lock:
+                if self.end == start and not self._closing:
+                    self.segments.append(seg)
+                    return True
+            # A truncation or close meanwhile: the file is nobody's (creating is under _create_lock).
+            self._close(seg)
+            self.files.unlink(seg.path)
+            return False
+
+    def _next_wanted(self) -> bool:
+        """Whether the filler should create the next segment: the writer is in the last one, and the
+        window ahead of it passes that one's end."""
+        return (not self._closing and bool(self.segments) and self.segments[-1].start <= self._write_end
+                and self.end < self._write_end + FILL_AHEAD)
 
     def _open_allocated(self, path: str) -> int:
         """Open (creating) `path` at the segment size, sparse and durable; its fd."""
@@ -227,16 +276,17 @@ class SegmentList:
         fallocate."""
         with self.lock:
             plan = self._next_fill()
-            if plan is None:
-                return False  # ahead far enough, or at the last segment's end (the writer creates more)
-            seg, start = plan
-            end = self._write_end + FILL_AHEAD
-            try:
-                fd = os.open(seg.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
-            except OSError as e:
-                if e.errno in OUT_OF_FILES:
-                    return False  # no descriptor free now: fill again at the writer's next wake-up
-                raise
+            if plan is not None:
+                seg, start = plan
+                end = self._write_end + FILL_AHEAD
+                try:
+                    fd = os.open(seg.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+                except OSError as e:
+                    if e.errno in OUT_OF_FILES:
+                        return False  # no descriptor free now: fill again at the writer's next wake-up
+                    raise
+        if plan is None:  # ahead far enough, or at the last segment's end: then the next one is made
+            return self._create_next()
         try:
             with self._fill_lock:
                 if self._filled > start:
@@ -272,11 +322,15 @@ class SegmentList:
         return max(0, self._write_end - self._synced)
 
     def wait_filled(self, timeout: float = 60.0) -> bool:
-        """Block (bounded) until the window ahead of the write position is filled (benchmarks)."""
+        """Block (bounded) until the window ahead of the write position is filled, the next segment made
+        if the window reaches it (benchmarks, tests)."""
         deadline = time.monotonic() + timeout
+        if self.segments:
+            self._wake_filler()  # (a writer wakes it only once the window is half used)
         while time.monotonic() < deadline:
             with self.lock, self._fill_lock:
-                if not self.preallocate or self.fill_error is not None or self._next_fill() is None:
+                if not self.preallocate or self.fill_error is not None or (
+                        self._next_fill() is None and not self._next_wanted()):
                     return True
             time.sleep(0.01)
         return False
@@ -309,9 +363,10 @@ class SegmentList:
             self._dropped = offset - offset % PAGE
         with self._dirty_lock:
             self.dirty.add(seg)
-        # Not at the last segment's end, where the filler has nothing to do until the writer makes the
-        # next segment: waking it there cost every append a thread switch, an open and a close.
-        if self._filled < end + FILL_AHEAD // 2 and self._filled + FILL_ALIGN <= self.end - self.size % FILL_ALIGN:
+        # Only when there is a block to allocate or, from the last segment, the next one to make: woken
+        # with nothing to do, it once cost every append a thread switch, an open and a close.
+        if self._filled < end + FILL_AHEAD // 2 and (
+                self._filled + FILL_ALIGN <= self.end - self.size % FILL_ALIGN or seg is self.segments[-1]):
             self._wake_filler()
 
     def _zeros_ahead(self, seg: Segment, written: int) -> int:
