@@ -315,3 +315,54 @@ def test_expire_keeps_unflushed_entries(tmp_path: Path) -> None:
         assert s.end_index == 79
     finally:
         s.close()
+
+
+def test_a_fast_writer_is_refused_within_a_mebibyte_of_the_disk_filling(tmp_path: Path) -> None:
+    """The disk is probed every 0.1 s and after every MiB written: between two timed probes a fast writer
+    on a small disk wrote its whole headroom away, met ENOSPC, and failed the store for good."""
+    cfg = small_config(data_segment_bytes=8 << 20, index_segment_bytes=32 * 65536)
+    s: FileStore
+
+    def usage(path: str) -> float:  # the disk fills once 3 MiB are written
+        return 0.95 if s._write_pos >= 3 << 20 else 0.5
+
+    s = FileStore(tmp_path / "s", cfg, disk_usage=usage)
+    try:
+        with pytest.raises(DiskFullError):
+            for _ in range(2000):  # 200 MB unless refused
+                s.append([b"x" * 1000] * 100, 1)
+        assert s._write_pos < (3 << 20) + (1 << 20) + 110_000
+        assert s.get(s.end_index).body == b"x" * 1000  # refused, not failed
+    finally:
+        s.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small file system takes root")
+def test_a_small_real_disk_fills_up_to_a_refusal_never_a_failed_store(tmp_path: Path) -> None:
+    """On a real 64 MiB file system (tmpfs), appends of 100 KiB as fast as they go end in DiskFullError;
+    the store still reads and closes cleanly."""
+    import subprocess
+
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        cfg = small_config(data_segment_bytes=8 << 20, index_segment_bytes=32 * 65536)
+        s = FileStore(mnt / "s", cfg)
+        try:
+            with pytest.raises(DiskFullError):
+                for _ in range(2000):
+                    s.append([b"x" * 1000] * 100, 1)
+                    s.flush()
+            assert s.get(s.end_index).body == b"x" * 1000
+            end = s.end_index
+        finally:
+            s.close()
+        s = FileStore(mnt / "s", cfg)
+        try:
+            assert s.end_index == end
+        finally:
+            s.close()
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
