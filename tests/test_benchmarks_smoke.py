@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,15 @@ def test_relay_benchmark_runs() -> None:
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "relay client -> leader -> 2 followers -> leader -> client, 100 B: p50" in done.stdout
+
+
+def test_hop_trace_runs_and_leaves_nothing_behind() -> None:
+    """Each hop of one append, from marks the three node processes and the client note."""
+    before = set(Path(tempfile.gettempdir()).glob("quorumlog-hops-*"))
+    done = subprocess.run([sys.executable, str(BENCH / "hop_trace.py"), "--count", "300"], capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("  ")]
+    assert len(rows) == 15 and all(float(r.split()[-1]) >= float(r.split()[-2]) > 0 for r in rows), done.stdout
+    assert "follower's fdatasync -> its end" in done.stdout
+    assert set(Path(tempfile.gettempdir()).glob("quorumlog-hops-*")) == before
