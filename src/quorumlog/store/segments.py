@@ -210,7 +210,7 @@ class SegmentList:
 
     def _create_next(self) -> bool:
         """In the filler: create the segment after the last, where the writer will go next, so that its
-        fsyncs (the file's and the directory's, 15-40 ms under load) are not on the writer's path; False
+        fsyncs (the file's and the directory's, over 20 ms at times under load) are not on the writer's path; False
         when none is wanted. At most one segment ahead of the writer's."""
         with self._create_lock:
             with self.lock:
