@@ -63,6 +63,34 @@ def test_wrong_bodies_are_protocol_errors(values, match):
         S.encode(*values)
 
 
+@pytest.mark.parametrize("values,builtin", [
+    ([1, 1, b"", True, None, [], {}], TypeError),
+    (["g0", 1, "text", True, None, [], {}], TypeError),
+    (["g0", 1, b"", True, None, [b"a", "b"], {}], TypeError),
+    (["g0", 2**63, b"", True, None, [], {}], ValueError),
+    (["g" * 70_000, 1, b"", True, None, [], {}], ValueError),
+])
+def test_a_field_of_the_wrong_type_or_range_is_also_a_type_or_value_error(values, builtin):
+    """A caller that passes a str body, or an index out of range, can catch what Python code expects;
+    from the network it is the same ProtocolError as before."""
+    with pytest.raises(ProtocolError) as info:
+        S.encode(*values)
+    assert isinstance(info.value, builtin)
+    with pytest.raises(builtin):
+        S.decode(msgpack.packb(values))
+
+
+def test_a_str_body_given_to_the_client_is_a_type_error_before_any_connection():
+    from quorumlog.client import Client
+
+    c = Client("127.0.0.1:1", retry_timeout=1)  # nothing listens there: the check comes first
+    try:
+        with pytest.raises(TypeError, match="AppendRequest.body: expected bytes, got str"):
+            c.append("text")  # type: ignore[arg-type]
+    finally:
+        c.close()
+
+
 @pytest.mark.parametrize("raw", [
     b"", b"\xc1", b"\x93\x01", msgpack.packb([1]) + b"\x00", msgpack.packb({"a": 1}), msgpack.packb(5),
     msgpack.packb([msgpack.ExtType(5, b"x")] * 7), b"\x91" * 2000 + b"\x90",

@@ -1,9 +1,11 @@
 """msgpack bodies with strict validation: a body is a msgpack array checked against a small schema.
 
 A schema is an ordered table of (field name, field type). Decoding checks arity and every type; any
-mismatch, and any bytes msgpack cannot decode, raise ProtocolError and nothing else. `bytes` fields go
-out as msgpack bin straight from the caller's bytes/bytearray/memoryview (packed once into the body)
-and come back as `bytes` (msgpack copies a bin value once when decoding).
+mismatch, and any bytes msgpack cannot decode, raise ProtocolError and nothing else (a field of the wrong
+type or range as FieldTypeError or FieldValueError, which a caller encoding its arguments can also catch
+as TypeError or ValueError). `bytes` fields go out as msgpack bin straight from the caller's
+bytes/bytearray/memoryview (packed once into the body) and come back as `bytes` (msgpack copies a bin
+value once when decoding).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 import msgpack
 
 from ..errors import ResponseCode
-from .errors import ProtocolError, ResponseError
+from .errors import FieldTypeError, FieldValueError, ProtocolError, ResponseError
 from .frames import GATHER_BYTES, Body, Buffer
 
 _packb = msgpack.packb
@@ -41,7 +43,7 @@ class FieldType:
 
 
 def _bad(where: str, expected: str, value: Any) -> ProtocolError:
-    return ProtocolError(f"{where}: expected {expected}, got {type(value).__name__}")
+    return FieldTypeError(f"{where}: expected {expected}, got {type(value).__name__}")
 
 
 class Int(FieldType):
@@ -56,7 +58,7 @@ class Int(FieldType):
         if type(value) is not int:
             raise _bad(where, self.name, value)
         if not self.lo <= value <= self.hi:
-            raise ProtocolError(f"{where}: {value} outside {self.lo}..{self.hi}")
+            raise FieldValueError(f"{where}: {value} outside {self.lo}..{self.hi}")
 
 
 class Float(FieldType):
@@ -83,7 +85,7 @@ class Str(FieldType):
         if type(value) is not str:
             raise _bad(where, self.name, value)
         if len(value) > self.max_len:
-            raise ProtocolError(f"{where}: string longer than {self.max_len}")
+            raise FieldValueError(f"{where}: string longer than {self.max_len}")
 
 
 class Bytes(FieldType):
@@ -99,7 +101,7 @@ class Bytes(FieldType):
         if not isinstance(value, bytes | bytearray | memoryview):
             raise _bad(where, self.name, value)
         if self.max_len is not None and len(value) > self.max_len:
-            raise ProtocolError(f"{where}: {len(value)} bytes, more than {self.max_len}")
+            raise FieldValueError(f"{where}: {len(value)} bytes, more than {self.max_len}")
 
 
 class Bool(FieldType):
@@ -138,7 +140,7 @@ class List(FieldType):
         if not isinstance(value, list | tuple):
             raise _bad(where, self.name, value)
         if len(value) > self.max_len:
-            raise ProtocolError(f"{where}: more than {self.max_len} items")
+            raise FieldValueError(f"{where}: more than {self.max_len} items")
         check = self.item.check
         for i, v in enumerate(value):
             check(v, f"{where}[{i}]")

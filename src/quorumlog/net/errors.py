@@ -18,6 +18,16 @@ class ProtocolError(QuorumLogError):
         self.reason = reason
 
 
+class FieldTypeError(ProtocolError, TypeError):
+    """A body field of the wrong type. From the network, a protocol error; from a caller's argument (a
+    str body, say), also the TypeError Python code expects."""
+
+
+class FieldValueError(ProtocolError, ValueError):
+    """A body field of the right type outside its range (a negative index, a string too long): also a
+    ValueError to the caller who passed it."""
+
+
 class ConnectionClosedError(QuorumLogError):
     """The connection closed (or never opened) before the request was answered."""
 
