@@ -107,10 +107,10 @@ class SegmentList:
                 raise StoreError(f"{os.path.join(self.dir, name)}: not a segment file name")
             names.append(name)
         names.sort()
-        # Segments the filler created ahead of the writer that it never reached: no entry (nor index unit)
-        # starts there, as every one starts with a nonzero magic. Removed, so that one lost to damage
-        # before them reads as a lost tail (recovery's to judge), not as a hole; the first one is kept,
-        # as it holds the list's start.
+        # Segments the filler created ahead of the writer that it never reached: their first page is zeros,
+        # where a written segment starts with an entry (or index unit) header. Removed, so that one lost
+        # to damage before them reads as a lost tail (recovery's to judge), not as a hole; the first one
+        # is kept, as it holds the list's start.
         while len(names) > 1 and not int(names[-1]) % self.size and self._unused(os.path.join(self.dir, names[-1])):
             self.files.unlink(os.path.join(self.dir, names.pop()))
         prev = None
@@ -141,9 +141,10 @@ class SegmentList:
     def _unused(self, path: str) -> bool:
         fd = self.files.open(path)
         try:
-            return not any(os.pread(fd, 4, 0))
+            page = os.pread(fd, PAGE, 0)
         finally:
             self.files.close(fd)
+        return page == bytes(len(page))
 
     # -- geometry ------------------------------------------------------------------------------
     @property
