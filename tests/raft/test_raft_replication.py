@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from quorumlog.config import StoreConfig
-from quorumlog.errors import ResponseCode
+from quorumlog.errors import DiskFullError, ResponseCode
 from quorumlog.raft.messages import Message, PushKind, PushRequest, PushResponse
 from quorumlog.sim.script import SCRIPT_RAFT, Script, store_with_terms
 from quorumlog.store.memory import MemoryStore
@@ -266,3 +266,52 @@ def test_raft_idle_leader_repairs_a_follower_that_lost_its_log() -> None:
     assert s.nodes["n0"].stats["follower_lost_entries"] >= 1
     assert s.stores["n1"].end_index == end and s.terms("n1") == s.terms("n0")
     assert s.nodes["n0"].peer_match("n1") == end
+
+
+class _FillableStore(MemoryStore):
+    """A memory store whose disk can be full: appends then raise DiskFullError and write nothing."""
+
+    full = False
+
+    def append_encoded_metas(self, data):  # type: ignore[no-untyped-def]
+        if self.full:
+            raise DiskFullError("disk use past disk_full_ratio")
+        return super().append_encoded_metas(data)
+
+
+def test_followers_with_full_disks_make_the_leader_refuse_at_once_and_are_not_hammered() -> None:
+    """One follower full: the other and the leader still commit. Both full: new appends are answered
+    DISK_FULL at once (nothing can commit), where they waited out max_wait_ack_ms; a full follower gets
+    the refused push again once a push timeout, not in a compare-and-push loop. Space back: all goes on."""
+    cfg = replace(SCRIPT_RAFT, max_push_timeout_ms=200)
+    stores = {i: _FillableStore() for i in ("n0", "n1", "n2")}
+    s = Script(["n0", "n1", "n2"], config=cfg, stores=stores)  # type: ignore[arg-type]
+    s.elect("n0")
+    leader = s.nodes["n0"]
+    stores["n1"].full = True
+    rid = s.propose("n0", [b"one full"])
+    s.settle()
+    assert s.result("n0", rid).code == ResponseCode.SUCCESS  # type: ignore[union-attr]
+    assert leader.leader.dispatchers["n1"].disk_full  # type: ignore[union-attr]
+
+    stores["n2"].full = True
+    rid = s.propose("n0", [b"two full"])  # not known yet: written, pushed, refused by both
+    s.settle()
+    assert s.result("n0", rid) is None
+    end = s.stores["n0"].end_index
+    rid2 = s.propose("n0", [b"refused"])
+    refused = s.result("n0", rid2)
+    assert refused is not None and refused.code == ResponseCode.DISK_FULL and s.stores["n0"].end_index == end
+    pushes = []
+    s.run(1000, drop=lambda m: pushes.append(m) is not None)  # (records, drops nothing)
+    appends = [m for m in pushes if isinstance(m, PushRequest) and m.kind == PushKind.APPEND and m.target == "n1"]
+    assert 2 <= len(appends) <= 7, len(appends)  # one a push timeout (200 ms) over 1 s
+    assert leader.stats["push_fallback_to_compare"] == 0
+
+    stores["n1"].full = stores["n2"].full = False  # space returns: the resent push lands, all commits
+    s.run(400)
+    assert s.result("n0", rid).code == ResponseCode.SUCCESS  # type: ignore[union-attr]
+    rid3 = s.propose("n0", [b"after"])
+    s.settle()
+    assert s.result("n0", rid3).code == ResponseCode.SUCCESS  # type: ignore[union-attr]
+    assert s.terms("n1") == s.terms("n0") == s.terms("n2")

@@ -74,7 +74,7 @@ class Primary:
         self.sync = cfg.ack == "sync"
         # A SYNC append that waited out its time is RocketMQ's FLUSH_SLAVE_TIMEOUT.
         timeout = ResponseCode.FLUSH_SLAVE_TIMEOUT if self.sync else ResponseCode.WAIT_QUORUM_ACK_TIMEOUT
-        self.appends = Appends(store, raft, stats, producers, epoch, node_id, timeout)
+        self.appends = Appends(store, raft, stats, producers, epoch, node_id, timeout_code=timeout)
         self.backups = {m: BackupView(m) for m in members if m != node_id}
         self.isr = set(isr) & set(self.backups)  # as recorded (by the controller, or here without one)
         self.isr_joining: set[str] = set()  # caught up, not recorded yet: counted for commit already

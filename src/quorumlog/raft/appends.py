@@ -10,7 +10,7 @@ it is answered with the original range once that is committed.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,11 +56,12 @@ class PendingAppend:
 class Appends:
     """The client appends of one leader term."""
 
-    __slots__ = ("store", "config", "stats", "producers", "term", "node_id", "timeout_code", "pending",
+    __slots__ = ("store", "config", "stats", "producers", "term", "node_id", "timeout_code", "refusal", "pending",
                  "duplicates", "_last_client", "_last_client_at")
 
     def __init__(self, store: LogStore, config: RaftConfig, stats: Counter[str], producers: ProducerTable,
-                 term: int, node_id: str, timeout_code: ResponseCode = ResponseCode.WAIT_QUORUM_ACK_TIMEOUT) -> None:
+                 term: int, node_id: str, refusal: Callable[[], str | None] | None = None,
+                 timeout_code: ResponseCode = ResponseCode.WAIT_QUORUM_ACK_TIMEOUT) -> None:
         self.store = store
         self.config = config
         self.stats = stats
@@ -69,6 +70,8 @@ class Appends:
         self.node_id = node_id
         # The answer to a wait that ran out (a primary/backup SYNC primary says FLUSH_SLAVE_TIMEOUT).
         self.timeout_code = timeout_code
+        # Why new entries could not commit now (too few members can store them), or None.
+        self.refusal = refusal
         self.pending: deque[PendingAppend] = deque()  # written by this leader, in index order
         self.duplicates: list[PendingAppend] = []  # retries of requests not committed yet
         self._last_client = -1
@@ -119,6 +122,9 @@ class Appends:
         if not bodies:
             return False
         try:
+            refused = self.refusal() if self.refusal is not None else None
+            if refused is not None:
+                raise DiskFullError(refused)
             appended = store.append(bodies, self.term, MAGIC_NORMAL, metas or None)
         except (InvalidArgumentError, DiskFullError) as e:
             producers.truncate_after(end)  # nothing was written: forget what was recorded for it

@@ -31,6 +31,7 @@ TRUNCATE = "TRUNCATE"
 APPEND_STATE = "APPEND"
 
 SUCCESS = int(ResponseCode.SUCCESS)
+DISK_FULL = int(ResponseCode.DISK_FULL)
 _APPEND = PushKind.APPEND
 _COMMIT = PushKind.COMMIT
 _COMPARE = PushKind.COMPARE
@@ -43,7 +44,7 @@ class Dispatcher:
     """Replication state towards one follower, for one leader term."""
 
     __slots__ = ("peer", "state", "match", "next_index", "compare_index", "truncate_index", "inflight",
-                 "control_sent_ms", "commit_sent", "mismatch_at")
+                 "control_sent_ms", "commit_sent", "mismatch_at", "disk_full")
 
     def __init__(self, peer: str, compare_index: int) -> None:
         self.peer = peer
@@ -59,6 +60,8 @@ class Dispatcher:
         # Lowest index found divergent in this compare round: the follower's entries from there on
         # differ from ours, and so do those between it and the next index the round compares.
         self.mismatch_at: int | None = None
+        # The follower refused the last push with DISK_FULL (until it acknowledges an append again).
+        self.disk_full = False
 
     def to_compare(self, index: int) -> None:
         self.state = COMPARE
@@ -87,8 +90,17 @@ class Leader:
         self.dispatchers = {p: Dispatcher(p, end) for p in member.others}
         self.peers = list(self.dispatchers.values())
         self.producers = producers
-        self.appends = Appends(store, config, stats, producers, self.term, self.node_id)
+        self.appends = Appends(store, config, stats, producers, self.term, self.node_id, self._storage_refusal)
         self.commit = store.committed_index
+
+    def _storage_refusal(self) -> str | None:
+        """Why new entries cannot commit, when too few members can store them (followers whose disk
+        is full): they are refused at once with DISK_FULL, where they would wait out max_wait_ack_ms."""
+        full = [d.peer for d in self.peers if d.disk_full]
+        if not full or len(self.peers) + 1 - len(full) >= self.member.majority:
+            return None
+        return (f"the disks of {', '.join(full)} are full: too few members of group {self.group} can store new "
+                f"entries; nothing was written")
 
     @property
     def floor(self) -> int:
@@ -267,6 +279,7 @@ class Leader:
             return
         if kind == _APPEND:
             if code == SUCCESS:
+                d.disk_full = False
                 inflight = d.inflight
                 inflight.pop(resp.index, None)
                 if resp.acked > d.match:
@@ -282,6 +295,12 @@ class Leader:
                     self.dispatch(d, now, out)
             elif code == int(ResponseCode.REPEATED_PUSH) or code == int(ResponseCode.PUSH_REQUEST_IS_FULL):
                 return  # the original is queued, or the follower is busy: the push timeout covers both
+            elif code == DISK_FULL:
+                # Nothing written there: the push timeout sends it again (once a push timeout, not in a
+                # compare-and-push loop), and until then the follower counts as unable to store.
+                if not d.disk_full:
+                    self.stats["peer_disk_full"] += 1
+                d.disk_full = True
             elif d.state == APPEND_STATE and resp.index in d.inflight:
                 # INCONSISTENT_STATE (fast-forward) or a failed write: find the match point again.
                 self.stats["push_fallback_to_compare"] += 1
