@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
+import time
 from typing import Any
 
 import pytest
 
 from quorumlog.client import AsyncClient
-from quorumlog.errors import QuorumLogError
+from quorumlog.errors import DiskFullError, QuorumLogError
 from quorumlog.server.cluster import LocalCluster
 
 from .conftest import SMALL_STORE, await_until, committed_entries, node_index, statuses, wait_leader
@@ -161,3 +162,43 @@ def test_bit_flip_in_a_followers_entry_is_repaired_from_its_peers(cluster_factor
             assert st[follower]["end_index"] >= max(acked)
 
     asyncio.run(main())
+
+
+@pytest.mark.slow
+def test_followers_with_full_disks_get_appends_refused_at_once_and_the_nodes_stay_up(cluster_factory: Any) -> None:
+    """n1 and n2 count their disks full (disk_full_ratio far below their use): they refuse the leader's
+    pushes. A client's appends are then answered DISK_FULL at once, with the followers named, instead
+    of each waiting out max_wait_ack_ms; no node exits, and what was acknowledged before stays."""
+    cluster = cluster_factory(start=False)
+    for node in cluster.nodes[1:]:
+        text = node.config_path.read_text()
+        node.config_path.write_text(text.replace("[store]\n", "[store]\ndisk_clean_ratio = 0.0001\n"
+                                                 "disk_full_ratio = 0.0001\n", 1))
+    cluster.start()
+
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints, retry_timeout=20) as c:
+            leader = await wait_leader(c, cluster)
+            if leader != "n0":
+                await c.transfer_leader("n0")
+                await await_until(lambda: _is_leader(c, cluster, "n0"), 20, "n0 to lead")
+            refusals = 0
+            for i in range(5):
+                t0 = time.monotonic()
+                try:
+                    await c.append(f"x{i}".encode())
+                except DiskFullError as e:
+                    assert "n1" in str(e) and "n2" in str(e), e
+                    assert time.monotonic() - t0 < 1.0
+                    refusals += 1
+                except QuorumLogError:
+                    pass  # written before the leader heard of the full disks: it cannot commit
+            assert refusals >= 4
+        assert all(n.alive for n in cluster.nodes)
+
+    asyncio.run(main())
+
+
+async def _is_leader(c: AsyncClient, cluster: LocalCluster, node_id: str) -> bool:
+    st = await statuses(c, cluster)
+    return st.get(node_id, {}).get("role") == "leader"

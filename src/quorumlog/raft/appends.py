@@ -130,7 +130,7 @@ class Appends:
             producers.truncate_after(end)  # nothing was written: forget what was recorded for it
             code = e.code if isinstance(e, DiskFullError) else ResponseCode.UNEXPECTED_ARGUMENT
             for r in accepted:
-                completions.append(self._fail(r.request_id, code))
+                completions.append(self._fail(r.request_id, code, str(e)))
             return False
         self._last_client, self._last_client_at = appended.last_index, appended.last_index
         positions = appended.positions
@@ -181,9 +181,9 @@ class Appends:
             off += h[1]
         return Completion(p.request_id, SUCCESS, APPEND, p.first_index, p.last_index, term, positions, self.node_id)
 
-    def _fail(self, request_id: RequestId, code: ResponseCode) -> Completion:
+    def _fail(self, request_id: RequestId, code: ResponseCode, reason: str | None = None) -> Completion:
         self.stats[f"append_{code.name.lower()}"] += 1
-        return Completion(request_id, int(code), term=self.term, leader_id=self.node_id)
+        return Completion(request_id, int(code), term=self.term, leader_id=self.node_id, reason=reason)
 
     def on_commit(self, commit: int, out: Ready) -> None:
         pending = self.pending

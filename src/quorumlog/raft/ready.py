@@ -40,7 +40,8 @@ class Completion:
 
     For a successful append: entries first_index..last_index of `term`, at byte `positions`.
     `leader_id` is the known leader, a hint for NOT_LEADER redirects. `detail` is the group's actual last
-    entry for EXPECTED_END_MISMATCH.
+    entry for EXPECTED_END_MISMATCH. `reason` says why a refusal was made, where the code alone does not
+    (whose disks are full).
     """
 
     request_id: Any  # the caller's handle of the request (see appends.RequestId)
@@ -52,6 +53,7 @@ class Completion:
     positions: Sequence[int] = ()
     leader_id: str | None = None
     detail: int | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -426,6 +426,8 @@ class Group:
         if c.detail is not None:  # EXPECTED_END_MISMATCH: the actual last entry, for the client to read
             body = encode_error(c.code, f"the group's last entry is {c.detail} (group {self.name} on "
                                 f"{self.node_id})", hint, c.detail)
+        elif c.reason is not None:  # why (whose disks are full), then where
+            body = encode_error(c.code, f"{c.reason} (group {self.name} on {self.node_id})", hint)
         else:
             body = encode_error(c.code, f"group {self.name} on {self.node_id}", hint)
         _respond(a, body)
