@@ -125,6 +125,8 @@ def _follower(d: Path, files: OsFiles) -> tuple[FileStore, list]:
     s.set_committed(3)
     s.flush()
     s.checkpoint()
+    # The segments made ahead settled, so that every run's reset has the same steps to crash at.
+    assert s.data.wait_filled(30) and s.index.wait_filled(30)
     return s, log_of(s)
 
 
