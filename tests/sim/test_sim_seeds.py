@@ -8,11 +8,14 @@ from dataclasses import replace
 
 import pytest
 
+from quorumlog.entry import MAGIC_NORMAL
+from quorumlog.errors import DiskFullError
 from quorumlog.raft import handler, pusher
 from quorumlog.raft.member import MemberState
 from quorumlog.raft.node import RaftNode
-from quorumlog.sim.cluster import ALL_FAULTS, SINGLE_NODE_FAULTS, SimConfig
+from quorumlog.sim.cluster import ALL_FAULTS, SINGLE_NODE_FAULTS, FillableStore, SimConfig
 from quorumlog.sim.runner import first_failure, main, run_seed
+from quorumlog.store.memory import MemoryStore
 
 SHORT = SimConfig(steps=300)
 
@@ -109,6 +112,31 @@ def test_sim_catches_acks_before_durability(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(handler.EntryHandler, "_ack", eager_ack)
     error = first_failure(run_seed, SHORT, range(300))
     assert error, "acknowledging unflushed entries must lose acknowledged appends in some crash"
+
+
+def test_sim_full_disks_refuse_appends_and_the_cluster_goes_on() -> None:
+    """The "full" fault: a node's disk refuses writes for a while. Appends are refused DISK_FULL (never
+    written: the checker holds each refused body out of the committed log), and everything resolves."""
+    full = refused = 0
+    for seed in range(40):
+        r = run_seed(seed, SimConfig(steps=2000))
+        assert r.ok, f"seed {seed} failed at step {r.step}: {r.error}\n{r.trace}"
+        full += r.stats["disks_full"]
+        refused += r.stats["append_DISK_FULL"]
+    assert full > 50 and refused > 50
+
+
+def test_sim_catches_a_refusal_that_wrote(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plant a bug: a full disk writes the entries and still reports DISK_FULL ("nothing written")."""
+    def append(self, bodies, term, magic=MAGIC_NORMAL, metas=None):  # type: ignore[no-untyped-def]
+        appended = MemoryStore.append(self, bodies, term, magic, metas)
+        if self.full:
+            raise DiskFullError("full, but written")
+        return appended
+
+    monkeypatch.setattr(FillableStore, "append", append)
+    error = first_failure(run_seed, SimConfig(steps=2000), range(60))
+    assert error and "refused with DISK_FULL" in error, error
 
 
 def _votes_while(monkeypatch: pytest.MonkeyPatch, allowed: Callable[[RaftNode], bool]) -> None:

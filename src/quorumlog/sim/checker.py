@@ -91,6 +91,7 @@ class Checker:
         self.acked_entries = 0
         self.damaged: set[str] = set()
         self.producer_seqs: dict[tuple[int, int], int] = {}  # (producer, seq) -> committed index
+        self.refused: set[bytes] = set()  # bodies of appends answered "nothing was written" (DISK_FULL)
 
     # -- events --------------------------------------------------------------------------------
     def on_leader(self, node: str, term: int) -> None:
@@ -116,6 +117,10 @@ class Checker:
         self.unverified.append(AckedAppend(c.first_index, c.term, list(c.positions), bodies))
         self.max_acked = max(self.max_acked, c.last_index)
         self.acked_entries += len(bodies)
+
+    def on_refused(self, bodies: list[bytes]) -> None:
+        """An append was answered as written nowhere (DISK_FULL): none of its bodies may ever commit."""
+        self.refused.update(bodies)
 
     def on_checkpoint(self, node: str, store: LogStore) -> None:
         self.checkpointed[node] = max(self.checkpointed[node], min(store.committed_index, store.durable_index))
@@ -189,6 +194,9 @@ class Checker:
                 self.ref_chain.append(_HEAD.unpack_from(e, 0)[6])
                 self.ref_seen_term.append(max(self.leaders, default=0))
                 self._check_producer(e, len(ref) - 1)
+                if self.refused and e[len(e) - HEADER.unpack_from(e, 0)[8]:] in self.refused:  # the body ends it
+                    raise InvariantViolation(f"entry {len(ref) - 1} was committed after its append was refused "
+                                             f"with DISK_FULL (nothing written)")
             start += n
 
     def _check_producer(self, e: bytes, index: int) -> None:

@@ -14,17 +14,18 @@ import random
 import shutil
 import tempfile
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from ..config import RaftConfig, StoreConfig
-from ..errors import ResponseCode
+from ..entry import MAGIC_NORMAL
+from ..errors import DiskFullError, ResponseCode
 from ..raft.driver import Driver
 from ..raft.messages import Message, Role, describe
 from ..raft.node import RaftNode
 from ..raft.ready import APPEND, Completion, Ready, RoleChange
-from ..store.base import LogStore
+from ..store.base import Appended, LogStore
 from ..store.memory import MemoryStore
 from .checker import Checker, InvariantViolation
 from .network import LinkFaults, Network, partition_links, ring_links
@@ -33,7 +34,7 @@ from .timeline import format_trace, window_phase
 GROUP = "g0"
 _PRODUCER_FORGOTTEN = (ResponseCode.UNKNOWN_PRODUCER, ResponseCode.SEQUENCE_TOO_OLD)
 ALL_FAULTS = ("drop", "dup", "delay", "partition", "crash", "pause", "skew", "disk", "corrupt", "transfer",
-              "wipe", "expire")
+              "wipe", "expire", "full")
 # A single node has no peer to be cut from, to hand leadership to, or to recover lost data from.
 SINGLE_NODE_FAULTS = ("drop", "dup", "delay", "crash", "pause", "skew", "expire")
 # Virtual time after which a leader's expiry stops waiting for a silent member (it is reset on return).
@@ -109,9 +110,28 @@ class SimNode:
     backlog: list[Message] = field(default_factory=list)
     next_checkpoint: int = 0
     resets_seen: int = 0  # log resets this incarnation's node has made its store do
+    full_until: int | None = None  # the "full" fault: the disk has space again then
 
     def now(self, t: int) -> int:
         return self.offset + int(t * self.rate)
+
+
+class FillableStore(MemoryStore):
+    """A MemoryStore whose disk can be full (the "full" fault): then every append raises DiskFullError and
+    writes nothing, as a FileStore past disk_full_ratio does."""
+
+    full = False
+
+    def append(self, bodies: Sequence[bytes], term: int, magic: int = MAGIC_NORMAL,
+               metas: Mapping[int, bytes] | None = None) -> Appended:
+        if self.full:
+            raise DiskFullError("simulated full disk")
+        return super().append(bodies, term, magic, metas)
+
+    def append_encoded_metas(self, data: bytes | bytearray | memoryview) -> tuple[int, list[tuple[int, bytes]]]:
+        if self.full:
+            raise DiskFullError("simulated full disk")
+        return super().append_encoded_metas(data)
 
 
 class Cluster:
@@ -156,7 +176,7 @@ class Cluster:
 
     def _open_store(self, node_id: str) -> LogStore:
         if self._tmp is None:
-            return MemoryStore(self._store_config())
+            return FillableStore(self._store_config())
         from ..store.file_store import FileStore  # only when asked for: the sim runs without it
 
         return FileStore(os.path.join(self._tmp, node_id), self._store_config(), repair=True)
@@ -308,6 +328,8 @@ class Cluster:
             if p.producer is not None and p.producer.pid == p.pid:
                 p.producer.unacked.pop(p.seq, None)
                 p.producer.since = self.time
+        elif c.kind == APPEND and code == ResponseCode.DISK_FULL and p.producer is None:
+            self.checker.on_refused(p.bodies)  # (a producer's refused request is retried, and may land)
         elif (p.producer is not None and p.producer.pid == p.pid and code in _PRODUCER_FORGOTTEN
               and p.producer.unacked):
             # The leader no longer knows this producer (its entries expired, or it was reset past them):
@@ -372,6 +394,24 @@ class Cluster:
             self.crash(rng.choice(running), t + (SIM_MEMBER_TIMEOUT_MS + 500 if long_down else rng.randint(20, 800)))
         if "pause" in f and running and rng.random() < 0.01:
             self.pause(rng.choice(running), t + rng.randint(20, 600))
+        if "full" in f and rng.random() < 0.006:
+            self._fill_disk(rng.choice(self.ids), t + rng.randint(50, 1500))
+
+    def _fill_disk(self, node_id: str, until: int) -> None:
+        """The node's disk is full until `until` (or the heal): its store refuses appends, nothing written."""
+        sim = self.sims[node_id]
+        if not isinstance(sim.store, FillableStore) or sim.store.full:
+            return
+        sim.store.full = True
+        sim.full_until = until
+        self.stats["disks_full"] += 1
+        self._trace(node_id, f"DISK FULL until {until}")
+
+    def _free_disk(self, sim: SimNode) -> None:
+        if isinstance(sim.store, FillableStore) and sim.store.full:
+            sim.store.full = False
+            self._trace(sim.id, "disk space back")
+        sim.full_until = None
 
     def _partition(self) -> None:
         rng = self.rng
@@ -407,6 +447,7 @@ class Cluster:
                 sim.crashed_until = self.time
             if sim.paused_until is not None:
                 sim.paused_until = self.time
+            self._free_disk(sim)
 
     def _lifecycle(self) -> None:
         t = self.time
@@ -416,6 +457,8 @@ class Cluster:
                 self.restart(i)
             elif sim.paused_until is not None and t >= sim.paused_until:
                 self.resume(i)
+            if sim.full_until is not None and t >= sim.full_until:
+                self._free_disk(sim)
 
     def _flushes(self) -> None:
         t = self.time
