@@ -13,7 +13,8 @@ from quorumlog.errors import DiskFullError
 from quorumlog.raft import handler, pusher
 from quorumlog.raft.member import MemberState
 from quorumlog.raft.node import RaftNode
-from quorumlog.sim.cluster import ALL_FAULTS, SINGLE_NODE_FAULTS, FillableStore, SimConfig
+from quorumlog.sim.cluster import ALL_FAULTS, SINGLE_NODE_FAULTS, SimConfig
+from quorumlog.sim.nodes import FillableStore
 from quorumlog.sim.runner import first_failure, main, run_seed
 from quorumlog.store.memory import MemoryStore
 

@@ -14,21 +14,22 @@ import random
 import shutil
 import tempfile
 from collections import Counter, deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 from ..config import RaftConfig, StoreConfig
-from ..entry import MAGIC_NORMAL
-from ..errors import DiskFullError, ResponseCode
+from ..errors import ResponseCode
 from ..raft.driver import Driver
 from ..raft.messages import Message, Role, describe
 from ..raft.node import RaftNode
 from ..raft.ready import APPEND, Completion, Ready, RoleChange
-from ..store.base import Appended, LogStore
+from ..store.base import LogStore
 from ..store.memory import MemoryStore
 from .checker import Checker, InvariantViolation
+from .clients import Proposal, SimProducer
 from .network import LinkFaults, Network, partition_links, ring_links
+from .nodes import FillableStore, SimNode
 from .timeline import format_trace, window_phase
 
 GROUP = "g0"
@@ -67,71 +68,6 @@ class SimConfig:
     trace_len: int = 300
     window_steps: int = 600
     raft: RaftConfig = SIM_RAFT
-
-
-@dataclass(slots=True)
-class Proposal:
-    kind: str
-    bodies: list[bytes]
-    at: int
-    producer: SimProducer | None = None
-    pid: int = 0
-    seq: int = -1
-
-
-@dataclass(slots=True)
-class SimProducer:
-    """An idempotent client: numbered requests, each resent (same sequence, same bodies) until acknowledged,
-    sometimes while the first copy is still in flight."""
-
-    pid: int
-    next_seq: int = 0
-    unacked: dict[int, list[bytes]] = field(default_factory=dict)  # seq -> bodies
-    since: int = 0  # when the oldest unacknowledged request was first sent
-
-    def retire(self, pid: int) -> None:
-        self.pid = pid
-        self.next_seq = 0
-        self.unacked.clear()
-
-
-@dataclass(slots=True)
-class SimNode:
-    id: str
-    store: LogStore
-    node: RaftNode | None = None
-    driver: Driver | None = None
-    offset: int = 0
-    rate: float = 1.0
-    incarnation: int = 0
-    crashed_until: int | None = None
-    paused_until: int | None = None
-    flush_at: int | None = None
-    backlog: list[Message] = field(default_factory=list)
-    next_checkpoint: int = 0
-    resets_seen: int = 0  # log resets this incarnation's node has made its store do
-    full_until: int | None = None  # the "full" fault: the disk has space again then
-
-    def now(self, t: int) -> int:
-        return self.offset + int(t * self.rate)
-
-
-class FillableStore(MemoryStore):
-    """A MemoryStore whose disk can be full (the "full" fault): then every append raises DiskFullError and
-    writes nothing, as a FileStore past disk_full_ratio does."""
-
-    full = False
-
-    def append(self, bodies: Sequence[bytes], term: int, magic: int = MAGIC_NORMAL,
-               metas: Mapping[int, bytes] | None = None) -> Appended:
-        if self.full:
-            raise DiskFullError("simulated full disk")
-        return super().append(bodies, term, magic, metas)
-
-    def append_encoded_metas(self, data: bytes | bytearray | memoryview) -> tuple[int, list[tuple[int, bytes]]]:
-        if self.full:
-            raise DiskFullError("simulated full disk")
-        return super().append_encoded_metas(data)
 
 
 class Cluster:

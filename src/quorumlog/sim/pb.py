@@ -34,7 +34,8 @@ from ..raft.ready import APPEND, Completion, Ready
 from ..store.base import LogStore
 from ..store.memory import MemoryStore
 from .checker import Checker, InvariantViolation, chain_at, header_at
-from .cluster import SIM_RETRY_MS, Proposal, SimProducer
+from .clients import Proposal, SimProducer
+from .cluster import SIM_RETRY_MS
 from .network import LinkFaults, Network, partition_links
 from .runner import SeedResult, parse_seeds, run_cluster
 from .timeline import format_trace, window_phase
