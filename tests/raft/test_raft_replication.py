@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from quorumlog.config import StoreConfig
-from quorumlog.errors import DiskFullError, ResponseCode
+from quorumlog.errors import ResponseCode
 from quorumlog.raft.messages import Message, PushKind, PushRequest, PushResponse
+from quorumlog.sim.nodes import FillableStore
 from quorumlog.sim.script import SCRIPT_RAFT, Script, store_with_terms
 from quorumlog.store.memory import MemoryStore
 
@@ -268,23 +269,12 @@ def test_raft_idle_leader_repairs_a_follower_that_lost_its_log() -> None:
     assert s.nodes["n0"].peer_match("n1") == end
 
 
-class _FillableStore(MemoryStore):
-    """A memory store whose disk can be full: appends then raise DiskFullError and write nothing."""
-
-    full = False
-
-    def append_encoded_metas(self, data):  # type: ignore[no-untyped-def]
-        if self.full:
-            raise DiskFullError("disk use past disk_full_ratio")
-        return super().append_encoded_metas(data)
-
-
 def test_followers_with_full_disks_make_the_leader_refuse_at_once_and_are_not_hammered() -> None:
     """One follower full: the other and the leader still commit. Both full: new appends are answered
     DISK_FULL at once (nothing can commit), where they waited out max_wait_ack_ms; a full follower gets
     the refused push again once a push timeout, not in a compare-and-push loop. Space back: all goes on."""
     cfg = replace(SCRIPT_RAFT, max_push_timeout_ms=200)
-    stores = {i: _FillableStore() for i in ("n0", "n1", "n2")}
+    stores = {i: FillableStore() for i in ("n0", "n1", "n2")}
     s = Script(["n0", "n1", "n2"], config=cfg, stores=stores)  # type: ignore[arg-type]
     s.elect("n0")
     leader = s.nodes["n0"]
