@@ -218,6 +218,16 @@ def test_bench_refuses_what_cannot_run_before_starting_a_node(tmp_path: Path) ->
         assert r.returncode == 0, r.stderr
         doc = json.loads(r.stdout)
         assert doc["single"]["appends"] == 20 and doc["throughput"]["appends_per_s"] > 0 and "failover" not in doc
+    # --seconds 0 skips the throughput phase (it once divided by a loop time that had not moved), in the
+    # table as in JSON; negative counts are refused.
+    r = ql("bench", "--local", "1", "--seconds", "0", "--single", "5", "--size", "100", "--json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["single"]["appends"] == 5 and "throughput" not in doc
+    r = ql("bench", "--local", "1", "--seconds", "0", "--single", "5", timeout=120)
+    assert r.returncode == 0 and "one-at-a-time p50" in r.stdout and "appends/s" not in r.stdout, r.stderr
+    r = ql("bench", "--local", "1", "--seconds", "-1", timeout=30)
+    assert r.returncode == 2 and "cannot be negative" in r.stderr, r.stderr
 
 
 def test_bench_stopped_by_sigterm_stops_its_nodes_and_removes_its_data(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="primary-backup: answer once the in-sync backups acked (sync, the default) or at the "
                         "primary's flush (async)")
     p.add_argument("--size", type=int, default=1024, help="payload bytes per entry (default 1024)")
-    p.add_argument("--seconds", type=float, default=10.0, help="throughput phase length (default 10)")
+    p.add_argument("--seconds", type=float, default=10.0, help="throughput phase length (default 10; 0 skips it)")
     p.add_argument("--connections", type=int, default=2, help="client connections (default 2)")
     p.add_argument("--inflight", type=int, default=8, help="requests in flight per connection (default 8)")
     p.add_argument("--batch", type=int, default=256, help="entries per request (default 256; 1 = single)")
@@ -305,6 +305,9 @@ def _bench(args: argparse.Namespace) -> int:
         console.print("[red]quorumlog bench: --replication and --ack configure the cluster --local starts; "
                       "a running cluster's group keeps its own settings[/red]", soft_wrap=True)
         return 2
+    if args.seconds < 0 or args.single < 0:
+        console.print("[red]quorumlog bench: --seconds and --single cannot be negative[/red]", soft_wrap=True)
+        return 2
     replication = args.replication or "raft"
     if replication == "raft" and args.ack is not None:
         console.print("[red]quorumlog bench: --ack applies to --replication primary-backup (a Raft group "
@@ -358,7 +361,8 @@ def _bench(args: argparse.Namespace) -> int:
                 def progress(frac: float, rate: float) -> None:
                     bar.update(task, completed=frac, rate=f"{rate:,.0f}/s")
 
-                result["throughput"] = runner.run(_throughput(args, progress))
+                if args.seconds > 0:
+                    result["throughput"] = runner.run(_throughput(args, progress))
             if args.single > 0:
                 console.print(f"single appends, one at a time ({args.single})…")
                 result["single"] = runner.run(_single(args))
@@ -397,11 +401,12 @@ def _print(r: dict[str, Any]) -> None:
                     f"in flight, batches of {r['batch']}" + (f", {mode}" if mode else ""))
     t.add_column("measure")
     t.add_column("value", justify="right")
-    tp = r["throughput"]
-    t.add_row("appends/s", f"{tp['appends_per_s']:,}")
-    t.add_row("MiB/s", f"{tp['mib_per_s']}")
-    rl = tp["request_latency"]
-    t.add_row("request latency p50 / p99 / max", f"{rl['p50_ms']} / {rl['p99_ms']} / {rl['max_ms']} ms")
+    if "throughput" in r:
+        tp = r["throughput"]
+        t.add_row("appends/s", f"{tp['appends_per_s']:,}")
+        t.add_row("MiB/s", f"{tp['mib_per_s']}")
+        rl = tp["request_latency"]
+        t.add_row("request latency p50 / p99 / max", f"{rl['p50_ms']} / {rl['p99_ms']} / {rl['max_ms']} ms")
     if "single" in r:
         s = r["single"]
         t.add_row("one-at-a-time p50 / p99 / max", f"{s['p50_ms']} / {s['p99_ms']} / {s['max_ms']} ms")
