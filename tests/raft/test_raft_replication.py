@@ -305,3 +305,49 @@ def test_followers_with_full_disks_make_the_leader_refuse_at_once_and_are_not_ha
     s.settle()
     assert s.result("n0", rid3).code == ResponseCode.SUCCESS  # type: ignore[union-attr]
     assert s.terms("n1") == s.terms("n0") == s.terms("n2")
+
+
+def test_a_leader_whose_disk_is_full_hands_leadership_to_a_follower_with_space() -> None:
+    """The leader's own disk full, its followers' not: the refused append is answered LEADER_TRANSFERRING
+    (nothing written; clients retry it at the new leader), and leadership goes to the follower that
+    stored this term's entries. The new leader commits with the third node and marks the old one full.
+    A leader with no follower that showed space (here: the new one, once every disk is full) stays and
+    refuses DISK_FULL: full disks never pass leadership back and forth."""
+    stores = {i: FillableStore() for i in ("n0", "n1", "n2")}
+    s = Script(["n0", "n1", "n2"], config=SCRIPT_RAFT, stores=stores)  # type: ignore[arg-type]
+    s.elect("n0")
+    rid = s.propose("n0", [b"before"])
+    s.settle()
+    assert s.result("n0", rid).code == ResponseCode.SUCCESS  # type: ignore[union-attr]
+
+    stores["n0"].full = True
+    end = s.stores["n0"].end_index
+    rid = s.propose("n0", [b"refused by n0's disk"])
+    answer = s.result("n0", rid)
+    assert answer is not None and answer.code == ResponseCode.LEADER_TRANSFERRING, answer
+    assert "the disk of n0 is full" in (answer.reason or "") and s.stores["n0"].end_index == end
+    s.settle()
+    new = s.leader()
+    assert new in ("n1", "n2") and s.nodes["n0"].stats["disk_full_hand_offs"] == 1
+    rid = s.propose(new, [b"at the new leader"])  # type: ignore[arg-type]
+    s.settle()
+    assert s.result(new, rid).code == ResponseCode.SUCCESS  # type: ignore[arg-type, union-attr]
+    assert s.nodes[new].leader.dispatchers["n0"].disk_full  # type: ignore[index, union-attr]
+    assert s.terms("n1") == s.terms("n2")
+
+    # Every disk full. The new leader hands off at most once more, to the follower that last showed
+    # space (it cannot know that disk filled since); that one stored nothing of its own term, so it stays.
+    for st in stores.values():
+        st.full = True
+    before = {i: s.nodes[i].stats["disk_full_hand_offs"] for i in s.nodes}
+    rid = s.propose(new, [b"nowhere to go"])  # type: ignore[arg-type]
+    s.settle()
+    s.run(1000)
+    last = s.leader()
+    assert last is not None and sum(s.nodes[i].stats["disk_full_hand_offs"] - before[i] for i in s.nodes) <= 1
+    rid = s.propose(last, [b"still nowhere"])
+    s.settle()
+    s.run(2000)
+    assert s.leader() == last and s.nodes[last].stats["disk_full_hand_offs"] == 0
+    answer = s.result(last, rid)
+    assert answer is not None and answer.code == ResponseCode.DISK_FULL, answer

@@ -4,6 +4,7 @@ a wiped follower, and a flipped bit in a follower's log. Nothing acknowledged is
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import signal
 import time
@@ -197,6 +198,53 @@ def test_followers_with_full_disks_get_appends_refused_at_once_and_the_nodes_sta
         assert all(n.alive for n in cluster.nodes)
 
     asyncio.run(main())
+
+
+@pytest.mark.slow
+def test_a_leader_whose_disk_fills_hands_leadership_to_a_follower_and_writes_go_on(
+        cluster_factory: Any, tmp_path: Any) -> None:
+    """n0 leads and its followers store its entries; then its disk fills (a file allocated past n0's
+    disk_full_ratio, set just above the use of the file system now). The next append is not refused:
+    n0 answers LEADER_TRANSFERRING (nothing written), hands leadership to a follower, and the client's
+    retry lands there; the group keeps committing with the two nodes that have space."""
+    cluster = cluster_factory(start=False)
+    usage = shutil.disk_usage(tmp_path)
+    ratio = (usage.used + (256 << 20)) / usage.total
+    if ratio >= 0.85:
+        pytest.skip("the file system is too full to raise its use by 512 MiB")
+    text = cluster.nodes[0].config_path.read_text()
+    cluster.nodes[0].config_path.write_text(text.replace(
+        "[store]\n", f"[store]\ndisk_clean_ratio = {ratio!r}\ndisk_full_ratio = {ratio!r}\n", 1))
+    cluster.start()
+    filler = tmp_path / "filler"
+
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints, retry_timeout=20) as c:
+            leader = await wait_leader(c, cluster)
+            if leader != "n0":
+                await c.transfer_leader("n0")
+                await await_until(lambda: _is_leader(c, cluster, "n0"), 20, "n0 to lead")
+            acked = await _append_all(c, "before", 20)
+            fd = os.open(filler, os.O_CREAT | os.O_WRONLY, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, 512 << 20)
+            finally:
+                os.close(fd)
+            await asyncio.sleep(0.3)  # past n0's next disk probe (0.1 s)
+            r = await c.append(b"after the disk filled")  # retried at the new leader, not refused
+            acked[r.index] = b"after the disk filled"
+            st = await statuses(c, cluster)
+            new = next(n for n, doc in st.items() if doc["role"] == "leader")
+            assert new in ("n1", "n2") and r.index > max(acked.keys() - {r.index})
+            acked.update(await _append_all(c, "at the new leader", 20))
+            for i, body in acked.items():
+                assert (await c.get(i)).body == body
+        assert all(n.alive for n in cluster.nodes)
+
+    try:
+        asyncio.run(main())
+    finally:
+        filler.unlink(missing_ok=True)
 
 
 async def _is_leader(c: AsyncClient, cluster: LocalCluster, node_id: str) -> bool:

@@ -56,12 +56,13 @@ class PendingAppend:
 class Appends:
     """The client appends of one leader term."""
 
-    __slots__ = ("store", "config", "stats", "producers", "term", "node_id", "timeout_code", "refusal", "pending",
-                 "duplicates", "_last_client", "_last_client_at")
+    __slots__ = ("store", "config", "stats", "producers", "term", "node_id", "timeout_code", "refusal", "hand_off",
+                 "pending", "duplicates", "_last_client", "_last_client_at")
 
     def __init__(self, store: LogStore, config: RaftConfig, stats: Counter[str], producers: ProducerTable,
                  term: int, node_id: str, refusal: Callable[[], str | None] | None = None,
-                 timeout_code: ResponseCode = ResponseCode.WAIT_QUORUM_ACK_TIMEOUT) -> None:
+                 timeout_code: ResponseCode = ResponseCode.WAIT_QUORUM_ACK_TIMEOUT,
+                 hand_off: Callable[[int, Ready], str | None] | None = None) -> None:
         self.store = store
         self.config = config
         self.stats = stats
@@ -72,6 +73,9 @@ class Appends:
         self.timeout_code = timeout_code
         # Why new entries could not commit now (too few members can store them), or None.
         self.refusal = refusal
+        # Called when this node's own disk is full: hands leadership to a member with space and names
+        # it, or None when no member is known to have space.
+        self.hand_off = hand_off
         self.pending: deque[PendingAppend] = deque()  # written by this leader, in index order
         self.duplicates: list[PendingAppend] = []  # retries of requests not committed yet
         self._last_client = -1
@@ -129,8 +133,16 @@ class Appends:
         except (InvalidArgumentError, DiskFullError) as e:
             producers.truncate_after(end)  # nothing was written: forget what was recorded for it
             code = e.code if isinstance(e, DiskFullError) else ResponseCode.UNEXPECTED_ARGUMENT
+            reason = str(e)
+            if isinstance(e, DiskFullError) and refused is None and self.hand_off is not None:
+                # Our own disk is full: a member with space takes over, and the clients retry there.
+                target = self.hand_off(now, out)
+                if target is not None:
+                    code = ResponseCode.LEADER_TRANSFERRING
+                    reason = (f"the disk of {self.node_id} is full: leadership goes to {target}, which has space; "
+                              "nothing was written")
             for r in accepted:
-                completions.append(self._fail(r.request_id, code, str(e)))
+                completions.append(self._fail(r.request_id, code, reason))
             return False
         self._last_client, self._last_client_at = appended.last_index, appended.last_index
         positions = appended.positions

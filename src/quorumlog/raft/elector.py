@@ -301,6 +301,21 @@ class Elector:
         self.stats["transfers_started"] += 1
         self.transfer_progress(out)
 
+    def hand_off_for_space(self, space_target: Callable[[Callable[[str], bool]], str | None], now: int,
+                           out: Ready) -> str | None:
+        """Our disk is full and refused a client append: hand leadership to a follower that has shown it
+        has space (pusher.py, Leader.space_target), so the group stays writable; the target, or None."""
+        if self.transfer_target is not None:
+            return None
+        target = space_target(lambda p: now - self.last_heard(p, now) < self.election_timeout)
+        if target is None:
+            return None
+        self.transfer(target, now, None, out)
+        if self.transfer_target != target:
+            return None  # refused: it lags too far behind
+        self.stats["disk_full_hand_offs"] += 1
+        return target
+
     def transfer_progress(self, out: Ready) -> None:
         """Send TimeoutNow once the target holds every entry (appends are refused meanwhile)."""
         target = self.transfer_target

@@ -494,7 +494,7 @@ class RaftNode:
             self.store.append([b""], m.term, MAGIC_NOOP)
         except DiskFullError:
             self.stats["noop_disk_full"] += 1
-        self.leader = Leader(m, self.store, self.config, self.stats, self.producers)
+        self.leader = Leader(m, self.store, self.config, self.stats, self.producers, self.elector.hand_off_for_space)
         self.elector.tick(now, out, True)  # heartbeat at once: followers learn the new leader
         self.leader.dispatch_all(now, out)
         self.leader.advance_commit(out)

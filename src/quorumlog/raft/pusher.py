@@ -38,13 +38,15 @@ _COMPARE = PushKind.COMPARE
 _TRUNCATE = PushKind.TRUNCATE
 _RESET = PushKind.RESET
 RESET_STATE = "RESET"
+# Hands leadership to a member with space (Elector.hand_off_for_space): given how to pick it, the target.
+HandOff = Callable[[Callable[[Callable[[str], bool]], str | None], int, Ready], str | None]
 
 
 class Dispatcher:
     """Replication state towards one follower, for one leader term."""
 
     __slots__ = ("peer", "state", "match", "next_index", "compare_index", "truncate_index", "inflight",
-                 "control_sent_ms", "commit_sent", "mismatch_at", "disk_full")
+                 "control_sent_ms", "commit_sent", "mismatch_at", "disk_full", "stored")
 
     def __init__(self, peer: str, compare_index: int) -> None:
         self.peer = peer
@@ -62,6 +64,8 @@ class Dispatcher:
         self.mismatch_at: int | None = None
         # The follower refused the last push with DISK_FULL (until it acknowledges an append again).
         self.disk_full = False
+        # The follower acknowledged an append of this term and refused none since: its disk had space.
+        self.stored = False
 
     def to_compare(self, index: int) -> None:
         self.state = COMPARE
@@ -78,7 +82,7 @@ class Leader:
                  "producers", "appends", "commit")
 
     def __init__(self, member: MemberState, store: LogStore, config: RaftConfig, stats: Counter[str],
-                 producers: ProducerTable) -> None:
+                 producers: ProducerTable, hand_off: HandOff | None = None) -> None:
         self.member = member
         self.store = store
         self.config = config
@@ -90,7 +94,9 @@ class Leader:
         self.dispatchers = {p: Dispatcher(p, end) for p in member.others}
         self.peers = list(self.dispatchers.values())
         self.producers = producers
-        self.appends = Appends(store, config, stats, producers, self.term, self.node_id, self._storage_refusal)
+        self.appends = Appends(store, config, stats, producers, self.term, self.node_id, self._storage_refusal,
+                               hand_off=None if hand_off is None else lambda now, out: hand_off(self.space_target,
+                                                                                                now, out))
         self.commit = store.committed_index
 
     def _storage_refusal(self) -> str | None:
@@ -101,6 +107,13 @@ class Leader:
             return None
         return (f"the disks of {', '.join(full)} are full: too few members of group {self.group} can store new "
                 f"entries; nothing was written")
+
+    def space_target(self, heard_within: Callable[[str], bool]) -> str | None:
+        """The member to take over from a leader whose disk is full: a follower that stored an append of
+        this term and refused none since, still heard from, the most caught up; None when no follower has
+        shown it has space (then nothing moves: two full nodes never hand leadership back and forth)."""
+        able = [d for d in self.peers if d.stored and not d.disk_full and heard_within(d.peer)]
+        return max(able, key=lambda d: d.match).peer if able else None
 
     @property
     def floor(self) -> int:
@@ -280,6 +293,7 @@ class Leader:
         if kind == _APPEND:
             if code == SUCCESS:
                 d.disk_full = False
+                d.stored = True
                 inflight = d.inflight
                 inflight.pop(resp.index, None)
                 if resp.acked > d.match:
@@ -301,6 +315,7 @@ class Leader:
                 if not d.disk_full:
                     self.stats["peer_disk_full"] += 1
                 d.disk_full = True
+                d.stored = False
             elif d.state == APPEND_STATE and resp.index in d.inflight:
                 # INCONSISTENT_STATE (fast-forward) or a failed write: find the match point again.
                 self.stats["push_fallback_to_compare"] += 1

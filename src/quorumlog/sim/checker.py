@@ -91,7 +91,7 @@ class Checker:
         self.acked_entries = 0
         self.damaged: set[str] = set()
         self.producer_seqs: dict[tuple[int, int], int] = {}  # (producer, seq) -> committed index
-        self.refused: set[bytes] = set()  # bodies of appends answered "nothing was written" (DISK_FULL)
+        self.refused: set[bytes] = set()  # bodies of appends answered "nothing was written"
 
     # -- events --------------------------------------------------------------------------------
     def on_leader(self, node: str, term: int) -> None:
@@ -119,7 +119,8 @@ class Checker:
         self.acked_entries += len(bodies)
 
     def on_refused(self, bodies: list[bytes]) -> None:
-        """An append was answered as written nowhere (DISK_FULL): none of its bodies may ever commit."""
+        """An append was answered as written nowhere (DISK_FULL, or LEADER_TRANSFERRING): none of its
+        bodies may ever commit."""
         self.refused.update(bodies)
 
     def on_checkpoint(self, node: str, store: LogStore) -> None:
@@ -196,7 +197,7 @@ class Checker:
                 self._check_producer(e, len(ref) - 1)
                 if self.refused and e[len(e) - HEADER.unpack_from(e, 0)[8]:] in self.refused:  # the body ends it
                     raise InvariantViolation(f"entry {len(ref) - 1} was committed after its append was refused "
-                                             f"with DISK_FULL (nothing written)")
+                                             f"as written nowhere (DISK_FULL or LEADER_TRANSFERRING)")
             start += n
 
     def _check_producer(self, e: bytes, index: int) -> None:

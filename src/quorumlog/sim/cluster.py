@@ -34,6 +34,8 @@ from .timeline import format_trace, window_phase
 
 GROUP = "g0"
 _PRODUCER_FORGOTTEN = (ResponseCode.UNKNOWN_PRODUCER, ResponseCode.SEQUENCE_TOO_OLD)
+# Answers that say the append was written nowhere (a full disk; a leader handing over, its own disk full).
+_NOTHING_WRITTEN = (ResponseCode.DISK_FULL, ResponseCode.LEADER_TRANSFERRING)
 ALL_FAULTS = ("drop", "dup", "delay", "partition", "crash", "pause", "skew", "disk", "corrupt", "transfer",
               "wipe", "expire", "full")
 # A single node has no peer to be cut from, to hand leadership to, or to recover lost data from.
@@ -264,7 +266,7 @@ class Cluster:
             if p.producer is not None and p.producer.pid == p.pid:
                 p.producer.unacked.pop(p.seq, None)
                 p.producer.since = self.time
-        elif c.kind == APPEND and code == ResponseCode.DISK_FULL and p.producer is None:
+        elif c.kind == APPEND and code in _NOTHING_WRITTEN and p.producer is None:
             self.checker.on_refused(p.bodies)  # (a producer's refused request is retried, and may land)
         elif (p.producer is not None and p.producer.pid == p.pid and code in _PRODUCER_FORGOTTEN
               and p.producer.unacked):

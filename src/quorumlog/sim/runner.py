@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quiet and totals:
         keys = ("acked_entries", "committed_entries", "elections", "crashes", "restarts", "pauses",
                 "corruptions", "messages_sent", "messages_dropped", "append_SUCCESS",
-                "append_WAIT_QUORUM_ACK_TIMEOUT", "append_TERM_CHANGED", "append_NOT_LEADER",
+                "append_WAIT_QUORUM_ACK_TIMEOUT", "append_TERM_CHANGED", "append_NOT_LEADER", "append_DISK_FULL",
+                "append_LEADER_TRANSFERRING",
                 "transfer_SUCCESS", "transfer_TAKE_LEADERSHIP_FAILED")
         print("  " + ", ".join(f"{k}={totals[k]}" for k in keys if totals[k]))
     return 1 if failures else 0
