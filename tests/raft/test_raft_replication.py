@@ -351,3 +351,23 @@ def test_a_leader_whose_disk_is_full_hands_leadership_to_a_follower_with_space()
     assert s.leader() == last and s.nodes[last].stats["disk_full_hand_offs"] == 0
     answer = s.result(last, rid)
     assert answer is not None and answer.code == ResponseCode.DISK_FULL, answer
+
+
+def test_a_follower_whose_disk_is_full_waits_so_a_member_with_space_is_elected() -> None:
+    """Five nodes; n1's disk is full and it refused the last push, which reached n2 alone, so n1, n3
+    and n4 hold equal logs and any of them could win. The leader vanishes: n1 waits one election
+    timeout more before it campaigns (it still votes), so a member with space always leads next;
+    a full leader could not even write its NOOP. Across seeds (the back-off is random)."""
+    ids = ["n0", "n1", "n2", "n3", "n4"]
+    for seed in range(12):
+        stores = {i: FillableStore() for i in ids}
+        s = Script(ids, stores=stores, seed=seed)  # type: ignore[arg-type]
+        s.elect("n0")
+        s.settle()
+        stores["n1"].full = True
+        s.propose("n0", [b"reaches n2 alone"])
+        s.settle(drop=lambda m: isinstance(m, PushRequest) and m.target in ("n3", "n4"))
+        assert s.nodes["n1"].handler.disk_full
+        s.run(3000, drop=lambda m: "n0" in (m.sender, m.target))
+        new = s.leader()
+        assert new not in (None, "n0", "n1"), (seed, new)

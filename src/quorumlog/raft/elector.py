@@ -43,7 +43,7 @@ class Elector:
     __slots__ = ("member", "store", "config", "rng", "stats", "peer_match", "election_timeout", "deadline",
                  "last_leader_contact", "pre_candidate", "votes", "next_heartbeat", "leader_since",
                  "peer_seen", "heard", "started", "transfer_target", "transfer_deadline", "transfer_request",
-                 "transfer_sent", "next_preferred_check", "jitter", "round", "next_ask")
+                 "transfer_sent", "next_preferred_check", "jitter", "round", "next_ask", "deferred")
 
     def __init__(self, member: MemberState, store: LogStore, config: RaftConfig, rng: random.Random,
                  stats: Counter[str], peer_match: Callable[[str], int]) -> None:
@@ -71,20 +71,23 @@ class Elector:
         self.jitter = 0
         self.round: tuple[int, bool, bool] | None = None  # the running vote round: (term, pre-vote, transfer)
         self.next_ask = 0
+        self.deferred = False  # this wait for a leader was lengthened once already (a full disk)
 
     # -- timers --------------------------------------------------------------------------------
     def reset_timer(self, now: int) -> None:
         """Next campaign: one election timeout plus a random back-off, so rivals rarely collide."""
         self.jitter = self.rng.randint(0, self.config.election_backoff_ms)
         self.deadline = now + self.election_timeout + self.jitter
+        self.deferred = False
 
     def on_leader_contact(self, now: int) -> None:
         """Every push and heartbeat lands here: push the deadline back with the back-off already drawn
         (a fresh one is drawn whenever an election round starts or ends)."""
         self.last_leader_contact = now
         self.deadline = now + self.election_timeout + self.jitter
+        self.deferred = False
 
-    def tick(self, now: int, out: Ready, can_lead: bool) -> Outcome | None:
+    def tick(self, now: int, out: Ready, can_lead: bool, disk_full: bool = False) -> Outcome | None:
         if self.started is None:
             self.started = now
         m = self.member
@@ -101,6 +104,13 @@ class Elector:
             # Protocol-aware recovery: a node that lost committed entries waits for a leader.
             self.reset_timer(now)
             self.stats["campaign_blocked_damaged"] += 1
+            return None
+        if disk_full and not self.deferred:
+            # A leader needs space for its NOOP and the appends to come: wait one election timeout more,
+            # so a member with space campaigns first (we still vote). If none does, we campaign then.
+            self.deferred = True
+            self.deadline = now + self.election_timeout
+            self.stats["campaign_deferred_disk_full"] += 1
             return None
         return _TIMEOUT
 

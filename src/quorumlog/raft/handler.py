@@ -40,7 +40,7 @@ class EntryHandler:
     """Receives a leader's pushes while this node follows it."""
 
     __slots__ = ("member", "store", "config", "stats", "producers", "appends", "control", "waiting_since",
-                 "held", "matched_upto", "leader_commit", "control_limit", "append_limit")
+                 "held", "matched_upto", "leader_commit", "control_limit", "append_limit", "disk_full")
 
     def __init__(self, member: MemberState, store: LogStore, config: RaftConfig, stats: Counter[str],
                  producers: ProducerTable) -> None:
@@ -55,6 +55,7 @@ class EntryHandler:
         self.held: list[tuple[int, PushResponse]] = []
         # Committed entries are in every later leader's log, so they match whoever leads.
         self.matched_upto = store.committed_index
+        self.disk_full = False  # our store refused the last push it was given for a full disk
         self.leader_commit = -1
         # Bounded like DLedger's queues; both scale with the leader's pipelining window.
         self.control_limit = max(4, config.max_inflight_pushes)
@@ -154,8 +155,10 @@ class EntryHandler:
             self._respond(req, INCONSISTENT_STATE, out)
             return
         except DiskFullError as e:  # or out of descriptors: nothing written, the leader sends it again
+            self.disk_full = True
             self._respond(req, int(e.code), out)
             return
+        self.disk_full = False
         if metas:
             self.producers.record_metas(metas)
         last = store.end_index

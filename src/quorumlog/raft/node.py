@@ -151,7 +151,7 @@ class RaftNode:
         if self.joiner is not None:
             out.messages.extend(self.joiner.probes(now_ms))
         try:
-            self._run(self.elector.tick(now_ms, out, self.can_lead()), now_ms, out)
+            self._run(self.elector.tick(now_ms, out, self.can_lead(), self.handler.disk_full), now_ms, out)
             leader = self.leader
             if leader is not None and self.member.role == Role.LEADER:
                 leader.expire_pending(now_ms, out)
