@@ -32,6 +32,9 @@ def test_pb_sim_three_nodes_200_seeds() -> None:
     # controller, and both SYNC refusals.
     assert t["acked_entries"] > 60_000 and t["failovers"] > 200 and t["ctl_isr_changes"] > 400, t
     assert t["append_SLAVE_NOT_AVAILABLE"] > 0 and t["append_FLUSH_SLAVE_TIMEOUT"] > 0 and t["restarts"] > 500, t
+    # Full disks: a primary's refuses appends (DISK_FULL); a backup's refuses frames without an exception
+    # out of its core (one was raised, and any such exception fails a seed).
+    assert t["disks_full"] > 100 and t["append_DISK_FULL"] > 0, t
 
 
 def test_pb_sim_reordering_duplicating_network() -> None:

@@ -373,6 +373,43 @@ def test_paused_backup_falls_behind_catches_up_and_rejoins_the_in_sync_set(clust
     asyncio.run(main())
 
 
+def test_backup_with_a_full_disk_leaves_the_in_sync_set_and_rejoins_once_it_has_space(cluster_factory: Any) -> None:
+    """n1 counts its disk full (disk_full_ratio far below its use): it refuses the frames it is streamed,
+    goes quiet and leaves the in-sync set, so SYNC appends go on with n2 and none waits for n1; n1 stays
+    up, says why in its status, and no exception leaves its replication core (one did: the write raised
+    out of it). Restarted with space, it streams what it missed and is in sync again."""
+    cluster: LocalCluster = cluster_factory(replication="primary-backup", ha={"ack": "sync", **HA_FAST},
+                                            start=False)
+    n1 = cluster.nodes[1]
+    normal = n1.config_path.read_text()
+    n1.config_path.write_text(normal.replace("[store]\n", "[store]\ndisk_clean_ratio = 0.0001\n"
+                                             "disk_full_ratio = 0.0001\n", 1))
+    cluster.start()
+
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints, retry_timeout=20) as c:
+            await wait_primary(c, cluster, "n0", BACKUPS)  # (n1 stores nothing yet: nothing was written)
+            await _append_many(c, "first", 10, batch=10)  # acked by n2; refused by n1's disk
+            await wait_primary(c, cluster, "n0", ("n2",))
+            t0 = time.monotonic()
+            await _append_many(c, "n1 full", 300, batch=10)
+            assert time.monotonic() - t0 < 10  # none of the 30 waited out max_wait_ack_ms for n1
+            st = await group_status(c, cluster, "n1")
+            assert st is not None and "disk_full_ratio" in st.get("last_frame_error", ""), st
+            assert n1.alive
+            assert "failed (" not in n1.log_path.read_text()  # no core error: nothing raised out of it
+            cluster.kill(1, signal.SIGTERM)
+            n1.config_path.write_text(normal)
+            cluster.start(1)
+            await wait_primary(c, cluster, "n0", BACKUPS)
+            docs = await wait_converged(c, cluster, "n0", BACKUPS)
+            assert docs["n1"]["end_index"] == docs["n0"]["end_index"]
+            logs = [await raw_log(n.address) for n in cluster.nodes]
+            assert logs[0] == logs[1] == logs[2]
+
+    asyncio.run(main())
+
+
 def test_wiped_backup_streams_from_zero_and_ends_byte_identical(cluster_factory: Any) -> None:
     """A backup whose store is deleted restarts empty, handshakes with no epochs, is streamed the whole log
     from index 0 (several segments) and ends with the same bytes as the primary."""

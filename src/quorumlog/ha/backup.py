@@ -5,7 +5,9 @@ then writes the frames it is streamed: every entry's CRCs, chain, index and posi
 Raft follower checks a push (store.append_encoded), and the bytes land as they are. It acks the offset
 of each frame once that frame is durable, and reports its offset again every heartbeat interval, so the
 primary hears from it while idle. A frame that does not continue its log (a gap, a lost frame, a
-primary that restarted) or fails a check sends it back to the handshake.
+primary that restarted) or fails a check sends it back to the handshake. A frame its full disk refuses
+makes it go quiet (no handshake, no report) until the primary has counted it out of the in-sync set, then
+ask again: a backup that cannot store must not hold SYNC appends until they time out.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections import Counter, deque
 
 from ..config import HaConfig
-from ..errors import CorruptEntryError
+from ..errors import CorruptEntryError, DiskFullError
 from ..raft.producers import ProducerTable
 from ..raft.ready import Ready
 from ..store.base import LogStore
@@ -44,6 +46,7 @@ class Backup:
         self.reported = -1
         self.frames: deque[tuple[int, int]] = deque()  # (last index, end offset) written, not yet acked
         self.last_error = ""  # why the latest frame was refused (status: last_frame_error)
+        self.quiet_until = now  # after a frame our full disk refused: no handshake before then
         # The log up to here is known to be the primary's (agreed or streamed; entries of its epoch are its
         # own, streamed once durable): a truncate cutting below it answers an earlier handshake.
         self.held = store.end_index if store.end_term == epoch else store.begin_index - 1
@@ -55,7 +58,7 @@ class Backup:
             self.streaming = False  # the primary went quiet: start over when it is back
             self.stats["ha_primary_silent"] += 1
         if not self.streaming:
-            if now >= self.next_try:
+            if now >= self.next_try and now >= self.quiet_until:
                 self.next_try = now + HANDSHAKE_RETRY_MS
                 s = self.store
                 out.messages.append(HaHandshake(self.group, self.node_id, self.primary, self.epoch, self.primary,
@@ -120,6 +123,11 @@ class Backup:
             except CorruptEntryError as e:
                 self.last_error = str(e)
                 self._handshake_again("ha_frames_corrupt", now)
+                return
+            except DiskFullError as e:  # nothing written: quiet until the primary counted us out
+                self.last_error = str(e)
+                self.quiet_until = now + self.cfg.ha_ack_timeout_ms + self.cfg.ha_heartbeat_interval_ms
+                self._handshake_again("ha_frames_disk_full", now)
                 return
             if metas:
                 self.producers.record_metas(metas)

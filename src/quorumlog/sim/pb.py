@@ -32,16 +32,16 @@ from ..raft.appends import AppendRequest
 from ..raft.driver import Driver
 from ..raft.ready import APPEND, Completion, Ready
 from ..store.base import LogStore
-from ..store.memory import MemoryStore
 from .checker import Checker, InvariantViolation, chain_at, header_at
 from .clients import Proposal, SimProducer
 from .cluster import SIM_RETRY_MS
 from .network import LinkFaults, Network, partition_links
+from .nodes import FillableStore
 from .runner import SeedResult, parse_seeds, run_cluster
 from .timeline import format_trace, window_phase
 
 GROUP, CTL = "pb", "ctl"
-PB_FAULTS = ("drop", "delay", "partition", "crash", "pause", "disk")
+PB_FAULTS = ("drop", "delay", "partition", "crash", "pause", "disk", "full")
 EXTRA_FAULTS = ("reorder", "dup")  # beyond what TCP does: the protocol must stay safe, if slower
 POLL_MS = 50  # members poll the controller this often
 
@@ -82,7 +82,7 @@ class Ctl:
 @dataclass(slots=True)
 class Member:
     id: str
-    store: MemoryStore
+    store: FillableStore
     node: HaNode | None = None
     driver: Driver | None = None
     incarnation: int = 0
@@ -93,6 +93,7 @@ class Member:
     seen: int = 0  # the newest register version this incarnation heard
     loaded_epoch: int = 0  # its epoch at start: only an election above it confirms it
     cas: Ctl | None = None  # its in-sync change in flight, resent until a newer version is seen
+    full_until: int | None = None  # the "full" fault: its disk has space again then
 
 
 class PbChecker(Checker):
@@ -126,6 +127,7 @@ class PbCluster:
     def __init__(self, seed: int, cfg: PbConfig) -> None:
         self.seed, self.cfg = seed, cfg
         self.rng, self.faults = random.Random(seed), set(cfg.faults)
+        self.full_rng = random.Random(seed + (1 << 32))  # its own draws: the other faults' runs are unchanged
         self.ids = [f"n{i}" for i in range(cfg.nodes)]
         self.ha = replace(cfg.ha, primary=self.ids[0], controller=CTL if cfg.controller else None)
         self.time = self.step_no = self.partition_until = 0
@@ -136,7 +138,7 @@ class PbCluster:
         self.reg = Ctl(CTL, "", 1, 1, self.ids[0], frozenset(self.ids[1:]))  # the register; its history:
         self.primaries = {1: self.ids[0]}
         self.heard = {i: 0 for i in self.ids}  # when the controller last heard each member
-        self.members = {i: Member(i, MemoryStore(PB_STORE)) for i in self.ids}
+        self.members = {i: Member(i, FillableStore(PB_STORE)) for i in self.ids}
         self.outstanding: dict[tuple[str, int, int], Proposal] = {}
         self.producers = [SimProducer(pid) for pid in (5, 1 << 40, (1 << 63) - 1)]
         self.next_rid = 1
@@ -316,7 +318,10 @@ class PbCluster:
                 self.stats["restarts"] += 1
                 self._trace(m.id, f"RESTART epoch {m.store.load_vote()} end {m.store.end_index}")
                 self.checker.on_restart(m.id, m.store)
-            elif m.paused_until is not None and t >= m.paused_until:
+            if m.full_until is not None and t >= m.full_until:
+                m.store.full, m.full_until = False, None
+                self._trace(m.id, "disk space back")
+            if m.paused_until is not None and t >= m.paused_until and m.node is not None:
                 m.paused_until, msgs, m.backlog = None, m.backlog, []
                 self._deliver(m, msgs)
             if m.flush_at is not None and t >= m.flush_at and m.driver is not None and m.paused_until is None:
@@ -394,6 +399,11 @@ class PbCluster:
             m.paused_until = t + rng.randint(20, 800)
             self.stats["pauses"] += 1
             self._trace(m.id, f"PAUSE until {m.paused_until}")
+        fr = self.full_rng
+        if "full" in f and running and fr.random() < 0.004 and not (m := fr.choice(running)).store.full:
+            m.store.full, m.full_until = True, t + fr.randint(50, 1500)
+            self.stats["disks_full"] += 1
+            self._trace(m.id, f"DISK FULL until {m.full_until}")
 
     def _heal(self) -> None:
         self.heal_started = self.time
@@ -405,6 +415,8 @@ class PbCluster:
                 m.down_until = self.time
             if m.paused_until is not None:
                 m.paused_until = self.time
+            if m.full_until is not None:
+                m.full_until = self.time
 
     def _check_converged(self) -> None:
         p = self.members[self.reg.primary].node
