@@ -35,6 +35,7 @@ def test_pb_sim_three_nodes_200_seeds() -> None:
     # Full disks: a primary's refuses appends (DISK_FULL); a backup's refuses frames without an exception
     # out of its core (one was raised, and any such exception fails a seed).
     assert t["disks_full"] > 100 and t["append_DISK_FULL"] > 0, t
+    assert t["expired_entries"] > 10_000, t  # segment expiry on every member, as nodes run it
 
 
 def test_pb_sim_reordering_duplicating_network() -> None:

@@ -34,14 +34,14 @@ from ..raft.ready import APPEND, Completion, Ready
 from ..store.base import LogStore
 from .checker import Checker, InvariantViolation, chain_at, header_at
 from .clients import Proposal, SimProducer
-from .cluster import SIM_RETRY_MS
+from .cluster import SIM_MEMBER_TIMEOUT_MS, SIM_RETENTION_MS, SIM_RETRY_MS
 from .network import LinkFaults, Network, partition_links
 from .nodes import FillableStore
 from .runner import SeedResult, parse_seeds, run_cluster
 from .timeline import format_trace, window_phase
 
 GROUP, CTL = "pb", "ctl"
-PB_FAULTS = ("drop", "delay", "partition", "crash", "pause", "disk", "full")
+PB_FAULTS = ("drop", "delay", "partition", "crash", "pause", "disk", "full", "expire")
 EXTRA_FAULTS = ("reorder", "dup")  # beyond what TCP does: the protocol must stay safe, if slower
 POLL_MS = 50  # members poll the controller this often
 
@@ -49,7 +49,8 @@ PB_HA = HaConfig(replication="primary-backup", primary="n0", controller=CTL, min
                  max_in_sync_lag=32 * 1024, ha_transfer_batch_bytes=2048, ha_heartbeat_interval_ms=40,
                  ha_ack_timeout_ms=300, failover_timeout_ms=400)
 PB_RAFT = RaftConfig(max_pending_requests=32, max_wait_ack_ms=400, push_batch_entries=8, push_batch_bytes=2048)
-PB_STORE = StoreConfig(data_segment_bytes=16 * 1024, index_segment_bytes=32 * 1024, max_body_bytes=4096)
+PB_STORE = StoreConfig(data_segment_bytes=16 * 1024, index_segment_bytes=32 * 1024, max_body_bytes=4096,
+                       file_reserved_hours=0)  # entries expire as soon as "expire" allows
 
 
 @dataclass(slots=True)
@@ -127,7 +128,10 @@ class PbCluster:
     def __init__(self, seed: int, cfg: PbConfig) -> None:
         self.seed, self.cfg = seed, cfg
         self.rng, self.faults = random.Random(seed), set(cfg.faults)
-        self.full_rng = random.Random(seed + (1 << 32))  # its own draws: the other faults' runs are unchanged
+        # The faults added later draw from streams of their own: the other faults' runs stay as they were.
+        self.full_rng = random.Random(seed + (1 << 32))
+        self.expire_rng = random.Random(seed + (2 << 32))
+        self.commit_history: deque[tuple[int, int]] = deque([(0, -1)])  # (time, committed index seen)
         self.ids = [f"n{i}" for i in range(cfg.nodes)]
         self.ha = replace(cfg.ha, primary=self.ids[0], controller=CTL if cfg.controller else None)
         self.time = self.step_no = self.partition_until = 0
@@ -346,13 +350,28 @@ class PbCluster:
                 if self.rng.random() < 0.03:
                     m.store.checkpoint()
                     self.checker.on_checkpoint(m.id, m.store)
+                if "expire" in self.faults and self.expire_rng.random() < 0.02 and m.node is not None:
+                    self._expire(m, m.node)
         if self.cfg.controller:
             self._failover()
         if phase != "quiet":
             self._clients()
         self.check()
+        self.commit_history.append((t, len(self.checker.ref) - 1))
         if phase != "faults" and (step == self.cfg.steps - 1 or self.phase(step + 1) == "faults"):
             self._check_converged()
+
+    def _expire(self, m: Member, node: HaNode) -> None:
+        """Segment expiry as a node runs it: up to what every member heard from holds (the primary knows),
+        and only entries the checker saw committed SIM_RETENTION_MS ago (as retention outlives retries)."""
+        history, t = self.commit_history, self.time
+        while len(history) > 1 and history[1][0] <= t - SIM_RETENTION_MS:
+            history.popleft()
+        seen = history[0][1] if history[0][0] <= t - SIM_RETENTION_MS else -1
+        dropped = m.store.expire(min(node.expiry_safe_index(t, SIM_MEMBER_TIMEOUT_MS), seen), 0.0)
+        if dropped:
+            self.stats["expired_entries"] += dropped
+            self._trace(m.id, f"EXPIRE {dropped} entries, log begins at {m.store.begin_index}")
 
     def _deliver(self, m: Member, msgs: list[Any]) -> None:
         for msg in msgs:
@@ -394,7 +413,10 @@ class PbCluster:
                 self._trace("net", f"PARTITION {ids[:k]} | {ids[k:]} bridges {bridges}")
         running = [m for m in self.members.values() if m.node is not None]
         if "crash" in f and running and rng.random() < 0.012:
-            self.crash(rng.choice(running), t + rng.randint(20, 1200))
+            victim, until = rng.choice(running), t + rng.randint(20, 1200)
+            if "expire" in f and self.expire_rng.random() < 0.2:  # down past the member timeout: expired past
+                until = t + self.expire_rng.randint(2 * SIM_MEMBER_TIMEOUT_MS, 6 * SIM_MEMBER_TIMEOUT_MS)
+            self.crash(victim, until)
         if "pause" in f and running and rng.random() < 0.005 and (m := rng.choice(running)).paused_until is None:
             m.paused_until = t + rng.randint(20, 800)
             self.stats["pauses"] += 1
