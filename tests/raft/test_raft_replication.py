@@ -371,3 +371,24 @@ def test_a_follower_whose_disk_is_full_waits_so_a_member_with_space_is_elected()
         s.run(3000, drop=lambda m: "n0" in (m.sender, m.target))
         new = s.leader()
         assert new not in (None, "n0", "n1"), (seed, new)
+
+
+def test_a_transfer_to_a_follower_whose_disk_is_full_is_refused() -> None:
+    """A leadership transfer (an operator's, or to the preferred leader) to a follower that refused the
+    last push for a full disk is refused with DISK_FULL, naming it: that leader could not write its NOOP."""
+    stores = {i: FillableStore() for i in ("n0", "n1", "n2")}
+    s = Script(["n0", "n1", "n2"], config=SCRIPT_RAFT, stores=stores)  # type: ignore[arg-type]
+    s.elect("n0")
+    stores["n1"].full = True
+    s.propose("n0", [b"refused by n1"])
+    s.settle()
+    rid = s.transfer("n0", "n1")
+    answer = s.result("n0", rid)
+    assert answer is not None and answer.code == ResponseCode.DISK_FULL and answer.reason == "the disk of n1 is full"
+    assert s.leader() == "n0" and not s.nodes["n0"].elector.transferring
+    stores["n1"].full = False  # space again: the resent push lands, and the transfer goes through
+    s.run(SCRIPT_RAFT.max_push_timeout_ms + 100)
+    rid = s.transfer("n0", "n1")
+    s.settle()
+    s.run(200)
+    assert s.leader() == "n1", s.result("n0", rid)

@@ -169,7 +169,7 @@ def test_bit_flip_in_a_followers_entry_is_repaired_from_its_peers(cluster_factor
 def test_followers_with_full_disks_get_appends_refused_at_once_and_the_nodes_stay_up(cluster_factory: Any) -> None:
     """n1 and n2 count their disks full (disk_full_ratio far below their use): they refuse the leader's
     pushes. A client's appends are then answered DISK_FULL at once, with the followers named, instead
-    of each waiting out max_wait_ack_ms; no node exits, and what was acknowledged before stays."""
+    of each waiting out max_wait_ack_ms, and a transfer to one of them is refused; no node exits."""
     cluster = cluster_factory(start=False)
     for node in cluster.nodes[1:]:
         text = node.config_path.read_text()
@@ -195,6 +195,10 @@ def test_followers_with_full_disks_get_appends_refused_at_once_and_the_nodes_sta
                 except QuorumLogError:
                     pass  # written before the leader heard of the full disks: it cannot commit
             assert refusals >= 4
+            # Nor may leadership go to a node whose disk is full: it could not write its NOOP.
+            with pytest.raises(DiskFullError, match="the disk of n1 is full"):
+                await c.transfer_leader("n1")
+            assert await _is_leader(c, cluster, "n0")
         assert all(n.alive for n in cluster.nodes)
 
     asyncio.run(main())

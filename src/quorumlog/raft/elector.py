@@ -43,16 +43,18 @@ class Elector:
     __slots__ = ("member", "store", "config", "rng", "stats", "peer_match", "election_timeout", "deadline",
                  "last_leader_contact", "pre_candidate", "votes", "next_heartbeat", "leader_since",
                  "peer_seen", "heard", "started", "transfer_target", "transfer_deadline", "transfer_request",
-                 "transfer_sent", "next_preferred_check", "jitter", "round", "next_ask", "deferred")
+                 "transfer_sent", "next_preferred_check", "jitter", "round", "next_ask", "deferred", "peer_full")
 
     def __init__(self, member: MemberState, store: LogStore, config: RaftConfig, rng: random.Random,
-                 stats: Counter[str], peer_match: Callable[[str], int]) -> None:
+                 stats: Counter[str], peer_match: Callable[[str], int],
+                 peer_full: Callable[[str], bool] = lambda peer: False) -> None:
         self.member = member
         self.store = store
         self.config = config
         self.rng = rng
         self.stats = stats
         self.peer_match = peer_match  # the leader's watermark of a peer (-1 when not leading)
+        self.peer_full = peer_full  # the peer refused the leader's last push for a full disk
         self.election_timeout = config.election_timeout_ms
         self.deadline: int | None = None
         self.last_leader_contact: int | None = None
@@ -299,10 +301,13 @@ class Elector:
             code = int(ResponseCode.LEADER_TRANSFERRING)
         elif self.store.end_index - self.peer_match(target) > self.config.max_transfer_lag:
             code = int(ResponseCode.FALL_BEHIND_TOO_MUCH)
+        elif self.peer_full(target):  # it could not write its NOOP, let alone the appends
+            code = int(ResponseCode.DISK_FULL)
         if code is not None:
             if request_id is not None:
+                reason = f"the disk of {target} is full" if code == int(ResponseCode.DISK_FULL) else None
                 out.completions.append(Completion(request_id, code, TRANSFER, term=m.term,
-                                                  leader_id=m.leader_id))
+                                                  leader_id=m.leader_id, reason=reason))
             return
         self.transfer_target = target
         self.transfer_deadline = now + self.config.transfer_timeout_ms

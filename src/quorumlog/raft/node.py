@@ -74,7 +74,8 @@ class RaftNode:
                                   "every node must list the same members")
         elif recorded is not None:
             store.set_identity(self.identity)  # a store written before identities existed
-        self.elector = Elector(self.member, store, config, rng, self.stats, self.peer_match)
+        self.elector = Elector(self.member, store, config, rng, self.stats, self.peer_match,
+                               lambda p: self.leader is not None and self.leader.dispatchers[p].disk_full)
         # A pristine store (new, or wiped) probes the other members before it may vote (joining.py).
         self.joiner: Joiner | None = None
         if recorded is None:
@@ -169,8 +170,7 @@ class RaftNode:
         return self.step_batch((message,), now_ms)
 
     def step_batch(self, messages: Iterable[Message], now_ms: int) -> Ready:
-        """Handle several messages, then run the follower's queues once (so control requests queued in
-        the same batch go first, as in DLedger's EntryHandler)."""
+        """Handle several messages, then the follower's queues once (queued control requests first, as DLedger)."""
         out, before = self._begin()
         for m in messages:
             try:

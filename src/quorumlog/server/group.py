@@ -442,7 +442,8 @@ class Group:
         if c.code == SUCCESS:
             conn.respond(frame, LEADERSHIP_TRANSFER_RESPONSE.ok(c.leader_id, c.term))
         else:
-            conn.respond_error(frame, c.code, f"transfer in group {self.name}", c.leader_id)
+            where = f"transfer in group {self.name}"
+            conn.respond_error(frame, c.code, f"{c.reason} ({where})" if c.reason else where, c.leader_id)
 
     # -- client requests ---------------------------------------------------------------------------
     def enqueue_append(self, conn: Connection, frame: Frame, bodies: list[bytes], single: bool, producer: int = 0,
