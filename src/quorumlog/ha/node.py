@@ -249,6 +249,9 @@ class HaNode:
                 self.stats["two_primaries_seen"] += 1  # same epoch, another primary: cannot happen
         elif b is not None:
             if m.primary is not None and self.primary_id is None:
+                if m.primary == self.node_id:  # a peer's word never makes us primary: promote or the controller
+                    self.stats["ha_named_primary_by_peer"] += 1
+                    return
                 self._enter(m.term, m.primary, now, out)
                 b = self.backup
                 assert b is not None

@@ -197,13 +197,17 @@ class EntryHandler:
 
     @staticmethod
     def _offset_of(req: PushRequest, index: int) -> int | None:
-        """Byte offset in req.data of the pushed entry `index` (walking headers; only on overlaps)."""
+        """Byte offset in req.data of the pushed entry `index` (walking headers; only on overlaps); None
+        when the data does not reach it, or a header's size is impossible (the CRCs are checked later)."""
         data = req.data
         off = 0
         for _ in range(index - req.index):
             if off + HEADER_SIZE > len(data):
                 return None
-            off += _SIZE_INDEX_TERM.unpack_from(data, off)[1]
+            size = _SIZE_INDEX_TERM.unpack_from(data, off)[1]
+            if size < HEADER_SIZE:
+                return None
+            off += size
         return off if off + HEADER_SIZE <= len(data) else None
 
     def _pushed_term_at(self, req: PushRequest, index: int) -> int | None:
