@@ -7,18 +7,21 @@ end is a socket server that answers as a node would."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Awaitable, Callable
 
+import msgpack
 import pytest
 
 from quorumlog.client import AsyncClient
-from quorumlog.errors import AppendUncertainError, ResponseCode
+from quorumlog.errors import AppendUncertainError, QuorumLogError, ResponseCode
 from quorumlog.net import schemas as sc
 from quorumlog.net import serve
 from quorumlog.net.bodies import encode_error
 from quorumlog.net.connection import Connection
 from quorumlog.net.frames import Frame
 from quorumlog.net.ops import Op
+from quorumlog.store.memory import MemoryStore
 
 CLUSTER = "test"
 HOST = "127.0.0.1"
@@ -133,3 +136,88 @@ def test_a_request_that_overtook_sequence_0_waits_for_it_and_goes_again() -> Non
 
     _with_node(answer, use)
     assert written == [0, 1]
+
+
+# -- a node whose answers are well-framed but wrong ---------------------------------------------------
+def _serve_answers(answer: Callable[[int, random.Random], bytes], use: Callable[[AsyncClient], Awaitable[None]],
+                   seed: int = 0) -> None:
+    """A node that leads g0 and answers every other request with `answer(op, rng)`."""
+    rng = random.Random(seed)
+
+    async def main() -> None:
+        addr: list[str] = []
+
+        def node(conn: Connection, f: Frame) -> bytes | None:
+            if f.op == Op.METADATA:
+                return sc.METADATA_RESPONSE.encode(200, "g0", "s0", 1, {"s0": addr[0]})
+            return answer(f.op, rng)
+
+        async with await serve(HOST, 0, node, cluster=CLUSTER, node_id="s0") as server:
+            addr.append(f"{HOST}:{server.port}")
+            async with AsyncClient(addr[0], cluster=CLUSTER, retry_timeout=0.5) as client:
+                async with asyncio.timeout(60):
+                    await use(client)
+
+    asyncio.run(main())
+
+
+def test_an_append_answered_for_other_entries_is_an_error_not_a_result() -> None:
+    """A SUCCESS naming fewer positions than entries sent (or none, or a negative index) would pair the
+    caller's entries with wrong indexes: it is INCONSISTENT_STATE. append_many returned it as it came."""
+    def answer(op: int, rng: random.Random) -> bytes:
+        if op == Op.APPEND:
+            return sc.APPEND_RESPONSE.encode(200, -1, 1, 0)
+        return sc.APPEND_BATCH_RESPONSE.encode(200, 7, 1, [0, 60])  # two positions for three entries
+
+    async def use(c: AsyncClient) -> None:
+        for call in (c.append_many([b"a", b"b", b"c"]), c.append_batch_raw([b"a", b"b", b"c"]), c.append(b"a")):
+            with pytest.raises(QuorumLogError, match="positions from index") as ei:
+                await call
+            assert ei.value.code == ResponseCode.INCONSISTENT_STATE
+
+    _serve_answers(answer, use)
+
+
+def test_hostile_answers_raise_quorumlog_errors_only() -> None:
+    """Well-framed answers with random bodies (wrong shapes, codes, values; entries cut or with a bit
+    flipped): every call ends in a QuorumLogError or a plausible result, never another exception."""
+    store = MemoryStore()
+    for i in range(30):
+        store.append([b"body-%d" % i], 1)
+    raw = bytes(store.read_raw(0, 30, 1 << 20)[0])
+
+    def weird(rng: random.Random) -> int:
+        return rng.choice([-1, 0, 1, 5, 29, 30, 1 << 40, (1 << 63) - 1])
+
+    def answer(op: int, rng: random.Random) -> bytes:
+        roll = rng.random()
+        if roll < 0.2:
+            return msgpack.packb([200, *(rng.choice([None, 1, -5, b"x", "s", [1, 2], {"a": 1}])
+                                         for _ in range(rng.randint(0, 5)))])
+        if roll < 0.3:
+            return msgpack.packb([rng.choice([200, 0, 999, 404, 501]), "reason", None])
+        if op == Op.APPEND:
+            return sc.APPEND_RESPONSE.encode(200, weird(rng), weird(rng), weird(rng))
+        if op == Op.APPEND_BATCH:
+            return sc.APPEND_BATCH_RESPONSE.encode(200, weird(rng), weird(rng),
+                                                   [weird(rng) for _ in range(rng.randint(0, 6))])
+        entries = raw[:rng.randint(0, len(raw))] if rng.random() < 0.6 else bytes(
+            b ^ (rng.random() < 0.01) for b in raw)
+        if op == Op.GET:
+            return sc.GET_RESPONSE.encode(200, entries)
+        return sc.READ_RESPONSE.encode(200, entries, weird(rng), weird(rng))
+
+    async def use(c: AsyncClient) -> None:
+        rng = random.Random(1)
+        calls: list[Callable[[], Awaitable[object]]] = [
+            lambda: c.append(b"x"), lambda: c.append_many([b"a", b"b", b"c"]),
+            lambda: c.get(rng.randint(0, 40)), lambda: c.read_batch(rng.randint(0, 10), rng.randint(1, 40))]
+        errors = 0
+        for _ in range(400):
+            try:
+                await rng.choice(calls)()
+            except QuorumLogError:
+                errors += 1
+        assert 100 < errors < 400  # (most answers are refused; some are plausible and taken)
+
+    _serve_answers(answer, use, seed=7)
