@@ -346,3 +346,25 @@ def test_a_node_keeps_freed_memory_for_its_next_buffers() -> None:
     assert mapped >= 8 << 20 and grown == trimmed == 0  # mapped for the buffer, unmapped once freed
     mapped, grown, trimmed = run("kept")
     assert mapped == 0 and grown > 0 and trimmed == 0  # from the heap, and still there once freed
+
+
+@pytest.mark.parametrize("args, says", [
+    (["bench", "--local", "0"], "--local: must be 1 or more, not 0"),  # once it used the default endpoints
+    (["bench", "--local", "1", "--connections", "0"], "--connections: must be 1 or more"),  # once it measured 0/s
+    (["bench", "--local", "1", "--inflight", "0"], "--inflight: must be 1 or more"),
+    (["bench", "--local", "1", "--batch", "0"], "--batch: must be 1 or more"),
+    (["bench", "--local", "1", "--size", "-1"], "--size: must be 0 or more"),  # once a traceback
+    (["local-cluster", "--nodes", "0", "--data-dir", "D"], "--nodes: must be 1 or more"),  # once ran, empty
+    (["local-cluster", "--groups", "0", "--data-dir", "D"], "--groups: must be 1 or more"),
+    (["local-cluster", "--base-port", "70000", "--data-dir", "D"], "--base-port: must be 1..65336"),  # traceback
+    (["local-cluster", "--data-dir", "/proc/quorumlog"], "cannot make the data directory /proc/quorumlog"),
+    (["simulate", "--seeds", "a:b"], "expected a seed, a range a:b"),  # once a traceback
+    (["simulate", "--seeds", "5:1"], "names no seed"),  # once ran nothing and passed
+    (["simulate", "--steps", "-3"], "--steps: must be 1 or more"),
+])
+def test_bad_numbers_are_refused_in_one_line_before_anything_starts(args: list[str], says: str,
+                                                                      tmp_path: Path) -> None:
+    args = [str(tmp_path / "d") if a == "D" else a for a in args]
+    r = ql(*args, timeout=30)
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())

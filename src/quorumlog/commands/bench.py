@@ -25,6 +25,7 @@ from typing import Any
 
 import msgpack
 
+from ..argtypes import non_negative, positive
 from ..errors import ConfigError
 from .client_cmds import add_connection_args, read_secret, tls_context
 
@@ -36,7 +37,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "SIGKILL the leader, time until the next append succeeds; a primary/backup group's primary is "
         "killed and the most up-to-date backup promoted, as an operator would)."))
     add_connection_args(p)
-    p.add_argument("--local", type=int, metavar="N", help="start a local cluster of N nodes for the run")
+    p.add_argument("--local", type=positive, metavar="N", help="start a local cluster of N nodes for the run")
     p.add_argument("--data-dir", help="data directory of the --local cluster (default: a temp dir)")
     p.add_argument("--flush", choices=("sync", "async"), default="sync", help="--local nodes' flush mode")
     p.add_argument("--replication", choices=("raft", "primary-backup"), default=None,
@@ -44,13 +45,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ack", choices=("sync", "async"), default=None,
                    help="primary-backup: answer once the in-sync backups acked (sync, the default) or at the "
                         "primary's flush (async)")
-    p.add_argument("--size", type=int, default=1024, help="payload bytes per entry (default 1024)")
+    p.add_argument("--size", type=non_negative, default=1024, help="payload bytes per entry (default 1024)")
     p.add_argument("--seconds", type=float, default=10.0, help="throughput phase length (default 10; 0 skips it)")
-    p.add_argument("--connections", type=int, default=2, help="client connections (default 2)")
-    p.add_argument("--inflight", type=int, default=8, help="requests in flight per connection (default 8)")
-    p.add_argument("--batch", type=int, default=256, help="entries per request (default 256; 1 = single)")
-    p.add_argument("--single", type=int, default=2000, help="one-at-a-time appends for latency (default 2000)")
-    p.add_argument("--failovers", type=int, default=None,
+    p.add_argument("--connections", type=positive, default=2, help="client connections (default 2)")
+    p.add_argument("--inflight", type=positive, default=8, help="requests in flight per connection (default 8)")
+    p.add_argument("--batch", type=positive, default=256, help="entries per request (default 256; 1 = single)")
+    p.add_argument("--single", type=non_negative, default=2000, help="one-at-a-time appends for latency (default 2000)")
+    p.add_argument("--failovers", type=non_negative, default=None,
                    help="leader kills with --local (default 5 where a leader or a SYNC backup remains, else 0; "
                         "0 skips)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -305,8 +306,8 @@ def _bench(args: argparse.Namespace) -> int:
         console.print("[red]quorumlog bench: --replication and --ack configure the cluster --local starts; "
                       "a running cluster's group keeps its own settings[/red]", soft_wrap=True)
         return 2
-    if args.seconds < 0 or args.single < 0:
-        console.print("[red]quorumlog bench: --seconds and --single cannot be negative[/red]", soft_wrap=True)
+    if args.seconds < 0:
+        console.print("[red]quorumlog bench: --seconds cannot be negative[/red]", soft_wrap=True)
         return 2
     replication = args.replication or "raft"
     if replication == "raft" and args.ack is not None:

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ..argtypes import non_negative
 from ..entry import Entry
 
 DEFAULT_ENDPOINTS = "127.0.0.1:9000,127.0.0.1:9001,127.0.0.1:9002"
@@ -54,17 +55,6 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-cert", help="this client's certificate (quorumlog certs init)")
     p.add_argument("--tls-key", help="this client's key")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds to keep retrying across a leader change")
-
-
-def non_negative(text: str) -> int:
-    """argparse type: an integer of 0 or more (an index, a count)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:

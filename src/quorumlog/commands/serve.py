@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..argtypes import base_port, positive
 from .client_cmds import add_secret_arg, read_secret
 
 
@@ -31,13 +32,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("local-cluster", help="run a whole cluster on this machine", description=(
         "Start N `quorumlog serve` processes on 127.0.0.1, print their endpoints and admin URLs, and stop them "
         "all cleanly on Ctrl-C or SIGTERM. Nothing is restarted automatically."))
-    p.add_argument("--nodes", type=int, default=3, help="number of nodes (default 3)")
-    p.add_argument("--groups", type=int, default=1, help="number of groups g0..gN-1, each on every node (default 1)")
+    p.add_argument("--nodes", type=positive, default=3, help="number of nodes (default 3)")
+    p.add_argument("--groups", type=positive, default=1,
+                   help="number of groups g0..gN-1, each on every node (default 1)")
     p.add_argument("--data-dir", required=True, help="data directory; node i uses DIR/n<i>")
-    p.add_argument("--base-port", type=int, default=9000,
+    p.add_argument("--base-port", type=base_port, default=9000,
                    help="node i listens on P+i, its admin HTTP on P+100+i (default 9000)")
     p.add_argument("--flush", choices=("sync", "async"), default="sync")
-    p.add_argument("--segment-mb", type=int, default=64,
+    p.add_argument("--segment-mb", type=positive, default=64,
                    help="data segment size in MiB (default 64: a laptop-sized cluster; nodes default to 1024)")
     add_secret_arg(p)
     p.add_argument("--no-auth", dest="auth", action="store_false",

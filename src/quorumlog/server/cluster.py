@@ -234,17 +234,22 @@ def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int,
     and kept in DATA_DIR/secret (readable by this user only), which clients pass as --secret-file."""
     from rich.console import Console
 
-    console = Console()
+    console, errors = Console(), Console(stderr=True)
     if auth and not secret:
         secret = secrets.token_urlsafe(24)
     # Index segments sized to hold as many entries as a data segment of ~200-byte entries would.
     store = {"data_segment_bytes": segment_mb << 20, "index_segment_bytes": 32 * max(1, (segment_mb << 20) // 200)}
-    cluster = LocalCluster(Path(data_dir), nodes, groups, base_port, flush, secret, log_level, store=store,
-                           replication=replication, ha=dict(ha or {}) if replication != "raft" else {})
+    try:
+        cluster = LocalCluster(Path(data_dir), nodes, groups, base_port, flush, secret, log_level, store=store,
+                               replication=replication, ha=dict(ha or {}) if replication != "raft" else {})
+    except OSError as e:
+        errors.print(f"[red]quorumlog: error: cannot make the data directory {data_dir}: {e.strerror or e}[/red]",
+                     soft_wrap=True)
+        return 2
     try:
         cluster.check_configs()
     except ConfigError as e:
-        console.print(f"[red]quorumlog: error: {e}[/red]", soft_wrap=True)
+        errors.print(f"[red]quorumlog: error: {e}[/red]", soft_wrap=True)
         return 2
     for node in cluster.nodes:
         for port in (node.port, node.admin_port):
@@ -252,8 +257,8 @@ def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int,
                 try:
                     probe.bind(("127.0.0.1", port))
                 except OSError as e:
-                    console.print(f"[red]quorumlog: error: port {port} is not free: {e.strerror}[/red]",
-                                  soft_wrap=True)
+                    errors.print(f"[red]quorumlog: error: port {port} is not free: {e.strerror}[/red]",
+                                 soft_wrap=True)
                     return 2
     stop = False
 

@@ -24,6 +24,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..argtypes import positive
 from ..config import HaConfig, RaftConfig, StoreConfig
 from ..errors import ResponseCode
 from ..ha.messages import FRAME_HEADER, HaHandshake, HaTransfer, unpack_epochs
@@ -474,17 +475,17 @@ def run_pb_seed(seed: int, cfg: PbConfig) -> SeedResult:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m quorumlog.sim --mode pb", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", default="0:100", help="seed, range a:b (b excluded) or list a,b,c")
-    ap.add_argument("--steps", type=int, default=1000, help="steps per seed (10 ms of virtual time each)")
+    ap.add_argument("--seeds", type=parse_seeds, default="0:100", help="seed, range a:b (b excluded) or list a,b,c")
+    ap.add_argument("--steps", type=positive, default=1000, help="steps per seed (10 ms of virtual time each)")
     ap.add_argument("--nodes", type=int, default=3, choices=(2, 3, 4, 5))
     ap.add_argument("--faults", default="tcp", choices=("tcp", "all", "none"),
                     help=f"tcp: {','.join(PB_FAULTS)}; all: also {','.join(EXTRA_FAULTS)}")
     ap.add_argument("--no-controller", action="store_true", help="the first primary stays: no failover")
-    ap.add_argument("--trace", type=int, default=150, help="trace lines shown for a failure")
+    ap.add_argument("--trace", type=positive, default=150, help="trace lines shown for a failure")
     args = ap.parse_args(argv)
     faults = {"tcp": PB_FAULTS, "all": PB_FAULTS + EXTRA_FAULTS, "none": ()}[args.faults]
     cfg = PbConfig(args.nodes, args.steps, faults=faults, controller=not args.no_controller, trace_len=args.trace)
-    seeds, totals, started = parse_seeds(args.seeds), Counter[str](), time.monotonic()
+    seeds, totals, started = args.seeds, Counter[str](), time.monotonic()
     results = [run_pb_seed(seed, cfg) for seed in seeds]
     for r in results:
         totals.update(r.stats)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..argtypes import positive
 from .checker import InvariantViolation
 from .cluster import ALL_FAULTS, SINGLE_NODE_FAULTS, Cluster, SimConfig
 
@@ -67,15 +68,21 @@ def run_cluster(seed: int, cluster: Any, steps: int) -> SeedResult:
 
 
 def parse_seeds(text: str) -> list[int]:
-    """"7", "0:1000" (half-open) or "1,5,9"."""
+    """"7", "0:1000" (half-open) or "1,5,9" (an argparse type: anything else is refused, as is no seed)."""
     seeds: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        if ":" in part:
-            a, b = part.split(":", 1)
-            seeds.extend(range(int(a), int(b)))
-        elif part:
-            seeds.append(int(part))
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if ":" in part:
+                a, b = part.split(":", 1)
+                seeds.extend(range(int(a), int(b)))
+            elif part:
+                seeds.append(int(part))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a seed, a range a:b (b excluded) or a list a,b,c") \
+            from None
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"{text!r} names no seed (a range a:b needs b > a)")
     return seeds
 
 
@@ -93,8 +100,8 @@ def parse_faults(text: str) -> tuple[str, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="quorumlog simulate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", default="0:100", help="seed, range a:b (b excluded) or list a,b,c")
-    p.add_argument("--steps", type=int, default=5000, help="steps per seed (10 ms of virtual time each)")
+    p.add_argument("--seeds", type=parse_seeds, default="0:100", help="seed, range a:b (b excluded) or list a,b,c")
+    p.add_argument("--steps", type=positive, default=5000, help="steps per seed (10 ms of virtual time each)")
     p.add_argument("--nodes", type=int, default=3, choices=(1, 3, 5))
     p.add_argument("--faults", type=parse_faults, default=ALL_FAULTS,
                    help=f"comma list from {','.join(ALL_FAULTS)}, or all / none (default all; with one node "
@@ -102,8 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--file-store", action="store_true", help="FileStores in temporary directories")
     p.add_argument("--flush", choices=("sync", "async"), default="sync",
                    help="stores' flush mode (async: durable at write, and FIFO links)")
-    p.add_argument("--trace", type=int, default=120, help="trace lines shown for a failure")
-    p.add_argument("--max-failures", type=int, default=3, help="stop after this many failing seeds")
+    p.add_argument("--trace", type=positive, default=120, help="trace lines shown for a failure")
+    p.add_argument("--max-failures", type=positive, default=3, help="stop after this many failing seeds")
     p.add_argument("-q", "--quiet", action="store_true", help="only failures and the summary")
     return p
 
@@ -114,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         args.faults = SINGLE_NODE_FAULTS
     cfg = replace(SimConfig(), nodes=args.nodes, steps=args.steps, faults=args.faults,
                   file_store=args.file_store, flush=args.flush, trace_len=max(args.trace, 1))
-    seeds = parse_seeds(args.seeds)
+    seeds: list[int] = args.seeds
     totals: Counter[str] = Counter()
     failures: list[SeedResult] = []
     started = time.monotonic()
