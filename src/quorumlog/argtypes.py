@@ -35,3 +35,22 @@ def base_port(text: str) -> int:
     if not 1 <= value <= 65535 - 199:
         raise argparse.ArgumentTypeError(f"must be 1..{65535 - 199} (node i takes P+i and P+100+i), not {value}")
     return value
+
+
+def port(text: str) -> int:
+    """A TCP port, 0 for one the system picks."""
+    value = _integer(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0..65535, not {value}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A duration of 0 seconds or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0:  # (NaN too)
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
+from .argtypes import positive, seconds
 from .errors import QuorumLogError
 
 
@@ -44,13 +45,16 @@ def _check_store(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    if args.store:
-        from .demo import run_demo
+    from .commands.sigterm import sigterm_exits
 
-        return run_demo(entries=args.entries)
-    from .demo import run_spark_demo
+    with sigterm_exits():  # the demo's cluster, producer and Spark are stopped, its data removed
+        if args.store:
+            from .demo import run_demo
 
-    return run_spark_demo(seconds=args.seconds, rate=args.rate)
+            return run_demo(entries=args.entries)
+        from .demo import run_spark_demo
+
+        return run_spark_demo(seconds=args.seconds, rate=args.rate)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,10 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(needs the spark extra). --store runs the store demo instead: write, tear "
                                    "and recover a store, then verify it.")
     p.add_argument("--store", action="store_true", help="run the store demo instead")
-    p.add_argument("--seconds", type=float, default=30.0,
+    p.add_argument("--seconds", type=seconds, default=30.0,
                    help="how long the stream runs once flowing; the leader is killed after a third (Spark demo)")
-    p.add_argument("--rate", type=int, default=2000, help="click events per second (Spark demo)")
-    p.add_argument("--entries", type=int, default=200_000, help="how many entries to write (store demo)")
+    p.add_argument("--rate", type=positive, default=2000, help="click events per second (Spark demo)")
+    p.add_argument("--entries", type=positive, default=200_000, help="how many entries to write (store demo)")
     p.set_defaults(func=_demo)
 
     from .commands import bench, certs, client_cmds, serve

@@ -25,9 +25,10 @@ from typing import Any
 
 import msgpack
 
-from ..argtypes import non_negative, positive
+from ..argtypes import non_negative, positive, seconds
 from ..errors import ConfigError
 from .client_cmds import add_connection_args, read_secret, tls_context
+from .sigterm import exit_on_sigterm
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -46,7 +47,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="primary-backup: answer once the in-sync backups acked (sync, the default) or at the "
                         "primary's flush (async)")
     p.add_argument("--size", type=non_negative, default=1024, help="payload bytes per entry (default 1024)")
-    p.add_argument("--seconds", type=float, default=10.0, help="throughput phase length (default 10; 0 skips it)")
+    p.add_argument("--seconds", type=seconds, default=10.0, help="throughput phase length (default 10; 0 skips it)")
     p.add_argument("--connections", type=positive, default=2, help="client connections (default 2)")
     p.add_argument("--inflight", type=positive, default=8, help="requests in flight per connection (default 8)")
     p.add_argument("--batch", type=positive, default=256, help="entries per request (default 256; 1 = single)")
@@ -281,10 +282,6 @@ def _failover_refusal(nodes: int | None, replication: str, ack: str) -> str | No
     return None
 
 
-def _exit_on_sigterm(_sig: int, _frame: object) -> None:
-    raise SystemExit(128 + signal.SIGTERM)
-
-
 def _warm_up(args: argparse.Namespace) -> None:
     """One append through every replica of a new group (retried until it has a leader or a confirmed
     primary)."""
@@ -305,9 +302,6 @@ def _bench(args: argparse.Namespace) -> int:
     if not args.local and (args.replication is not None or args.ack is not None):
         console.print("[red]quorumlog bench: --replication and --ack configure the cluster --local starts; "
                       "a running cluster's group keeps its own settings[/red]", soft_wrap=True)
-        return 2
-    if args.seconds < 0:
-        console.print("[red]quorumlog bench: --seconds cannot be negative[/red]", soft_wrap=True)
         return 2
     replication = args.replication or "raft"
     if replication == "raft" and args.ack is not None:
@@ -331,7 +325,7 @@ def _bench(args: argparse.Namespace) -> int:
     cluster = None
     tmp = None
     # SIGTERM ends the run as Ctrl-C does: the nodes (in sessions of their own) are stopped, the data removed.
-    old_term = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    old_term = signal.signal(signal.SIGTERM, exit_on_sigterm)
     try:
         if args.local:
             root = args.data_dir or (tmp := tempfile.mkdtemp(prefix="quorumlog-bench-"))

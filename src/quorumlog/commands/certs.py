@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..argtypes import positive
+
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("certs", help="make TLS certificates for a cluster", description=(
@@ -16,7 +18,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="client ids: client, or client:<token> (default client), comma separated")
     p.add_argument("--hosts", default="127.0.0.1,localhost",
                    help="addresses and names the nodes are reached at (default 127.0.0.1,localhost)")
-    p.add_argument("--days", type=int, default=825, help="validity in days (default 825)")
+    p.add_argument("--days", type=positive, default=825, help="validity in days (default 825)")
     p.set_defaults(func=_init)
 
 

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..argtypes import non_negative
+from ..argtypes import non_negative, positive, seconds
 from ..entry import Entry
 
 DEFAULT_ENDPOINTS = "127.0.0.1:9000,127.0.0.1:9001,127.0.0.1:9002"
@@ -54,7 +54,7 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-ca", help="nodes with mutual TLS: the CA certificate (with --tls-cert and --tls-key)")
     p.add_argument("--tls-cert", help="this client's certificate (quorumlog certs init)")
     p.add_argument("--tls-key", help="this client's key")
-    p.add_argument("--timeout", type=float, default=15.0, help="seconds to keep retrying across a leader change")
+    p.add_argument("--timeout", type=seconds, default=15.0, help="seconds to keep retrying across a leader change")
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -67,7 +67,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--expected-end", type=int, default=None,
                    help="write only if the group's last client entry is this index (-1: none); the first "
                         "request only, later ones follow it")
-    p.add_argument("--batch", type=int, default=1000, help="stdin lines per request (default 1000)")
+    p.add_argument("--batch", type=positive, default=1000, help="stdin lines per request (default 1000)")
     p.add_argument("--quiet", "-q", action="store_true", help="print only a summary")
     p.set_defaults(func=_append)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..argtypes import base_port, positive
+from ..argtypes import base_port, port, positive
 from .client_cmds import add_secret_arg, read_secret
 
 
@@ -20,7 +20,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--peers", help="every member: n0=127.0.0.1:9000,n1=127.0.0.1:9001,...")
     p.add_argument("--data-dir", help="data directory (stores live in DIR/<group>/<id>)")
     p.add_argument("--listen", help="host:port to bind (default: this node's address in --peers)")
-    p.add_argument("--admin-port", type=int, help="serve /status and /metrics over HTTP on this port")
+    p.add_argument("--admin-port", type=port, help="serve /status and /metrics over HTTP on this port")
     p.add_argument("--cluster", help="cluster name checked at HELLO (default quorumlog)")
     add_secret_arg(p)
     p.add_argument("--flush", choices=("sync", "async"), help="fdatasync before acks (sync, default) or not")
