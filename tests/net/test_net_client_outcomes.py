@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgpack
 import pytest
@@ -140,7 +141,7 @@ def test_a_request_that_overtook_sequence_0_waits_for_it_and_goes_again() -> Non
 
 # -- a node whose answers are well-framed but wrong ---------------------------------------------------
 def _serve_answers(answer: Callable[[int, random.Random], bytes], use: Callable[[AsyncClient], Awaitable[None]],
-                   seed: int = 0) -> None:
+                   seed: int = 0, **client_kwargs: Any) -> None:
     """A node that leads g0 and answers every other request with `answer(op, rng)`."""
     rng = random.Random(seed)
 
@@ -154,20 +155,24 @@ def _serve_answers(answer: Callable[[int, random.Random], bytes], use: Callable[
 
         async with await serve(HOST, 0, node, cluster=CLUSTER, node_id="s0") as server:
             addr.append(f"{HOST}:{server.port}")
-            async with AsyncClient(addr[0], cluster=CLUSTER, retry_timeout=0.5) as client:
+            async with AsyncClient(addr[0], cluster=CLUSTER, retry_timeout=0.5, **client_kwargs) as client:
                 async with asyncio.timeout(60):
                     await use(client)
 
     asyncio.run(main())
 
 
-def test_an_append_answered_for_other_entries_is_an_error_not_a_result() -> None:
-    """A SUCCESS naming fewer positions than entries sent (or none, or a negative index) would pair the
-    caller's entries with wrong indexes: it is INCONSISTENT_STATE. append_many returned it as it came."""
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_an_append_answered_for_other_entries_is_an_error_not_a_result(idempotent: bool) -> None:
+    """A SUCCESS naming a negative index, no position, or (a plain append) fewer positions than entries
+    sent would pair the caller's entries with wrong indexes: it is INCONSISTENT_STATE. append_many
+    returned it as it came. (A producer's retry is answered with what its first attempt wrote, which may
+    be another number of entries: a Spark task's attempts do that.)"""
     def answer(op: int, rng: random.Random) -> bytes:
         if op == Op.APPEND:
             return sc.APPEND_RESPONSE.encode(200, -1, 1, 0)
-        return sc.APPEND_BATCH_RESPONSE.encode(200, 7, 1, [0, 60])  # two positions for three entries
+        # two positions for three entries (a plain append), then none at all (a producer's)
+        return sc.APPEND_BATCH_RESPONSE.encode(200, 7, 1, [] if idempotent else [0, 60])
 
     async def use(c: AsyncClient) -> None:
         for call in (c.append_many([b"a", b"b", b"c"]), c.append_batch_raw([b"a", b"b", b"c"]), c.append(b"a")):
@@ -175,7 +180,7 @@ def test_an_append_answered_for_other_entries_is_an_error_not_a_result() -> None
                 await call
             assert ei.value.code == ResponseCode.INCONSISTENT_STATE
 
-    _serve_answers(answer, use)
+    _serve_answers(answer, use, idempotent=idempotent)
 
 
 def test_hostile_answers_raise_quorumlog_errors_only() -> None:

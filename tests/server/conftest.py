@@ -4,7 +4,10 @@ by its pid when the test ends, and every wait polls against a deadline."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,7 +21,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from quorumlog.client import AsyncClient
-from quorumlog.server.cluster import LocalCluster
+from quorumlog.server.cluster import LocalCluster, LocalNode
 
 T = TypeVar("T")
 
@@ -162,3 +165,34 @@ def metric_value(families: dict[str, Metric], name: str, **labels: str) -> float
     found = [s.value for s in fam.samples if s.name == name and labels.items() <= s.labels.items()] if fam else []
     assert len(found) == 1, f"{len(found)} samples {name}{labels} in /metrics"
     return float(found[0])
+
+
+def disk_full_past(node: LocalNode, ratio: float) -> str:
+    """Have `node` count its disk full once its file system is `ratio` used (its config's [store]; set
+    before it starts). Returns the config it had, to write back."""
+    text = node.config_path.read_text()
+    node.config_path.write_text(text.replace(
+        "[store]\n", f"[store]\ndisk_clean_ratio = {ratio!r}\ndisk_full_ratio = {ratio!r}\n", 1))
+    return text
+
+
+def pids_with(text: str) -> list[int]:
+    """Processes (other than this one) whose command line contains `text`."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != os.getpid():
+            with contextlib.suppress(OSError):
+                if text.encode() in Path(f"/proc/{d}/cmdline").read_bytes():
+                    out.append(int(d))
+    return out
+
+
+def kill_leftovers(proc: subprocess.Popen[Any], text: str) -> None:
+    """After a test of a command that starts processes: kill it if it still runs, and every process whose
+    command line contains `text` (its temp dir), whatever the test found."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(10)
+    for p in pids_with(text):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)

@@ -20,7 +20,7 @@ import pytest
 from quorumlog.client import Client
 from quorumlog.server.cluster import free_ports
 
-from .conftest import metric_value, scrape, wait_until
+from .conftest import kill_leftovers, metric_value, pids_with, scrape, wait_until
 
 QL = [sys.executable, "-m", "quorumlog"]
 
@@ -190,24 +190,13 @@ def test_bench_json_against_local_cluster(tmp_path: Path) -> None:
     assert doc["single"]["p50_vs_floor"] == pytest.approx(doc["single"]["p50_ms"] / doc["floor_ms"], rel=0.02)
 
 
-def _pids_with(text: str) -> list[int]:
-    """Processes whose command line contains `text`."""
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            with contextlib.suppress(OSError):
-                if text.encode() in Path(f"/proc/{d}/cmdline").read_bytes():
-                    out.append(int(d))
-    return out
-
-
 def test_bench_refuses_what_cannot_run_before_starting_a_node(tmp_path: Path) -> None:
     """A config `serve` would refuse, or failovers nothing could survive, end at once with the reason (they
     once waited 60 s for a leader among nodes that had exited); with no --failovers given, a single node
     skips them; a lone primary runs ASYNC, and a lone Raft node with flush=async commits (it timed out)."""
     r = ql("bench", "--local", "1", "--replication", "primary-backup", "--data-dir", str(tmp_path / "a"), timeout=30)
     assert r.returncode == 2 and "min_in_sync 1 exceeds its 0 backups" in r.stderr, r.stderr
-    assert not _pids_with(str(tmp_path / "a"))
+    assert not pids_with(str(tmp_path / "a"))
     r = ql("bench", "--local", "1", "--failovers", "1", "--data-dir", str(tmp_path / "b"), timeout=30)
     assert r.returncode == 2 and "a single node has no one to take over" in r.stderr, r.stderr
     r = ql("bench", "--local", "2", "--replication", "primary-backup", "--failovers", "1", timeout=30)
@@ -236,19 +225,14 @@ def test_bench_stopped_by_sigterm_stops_its_nodes_and_removes_its_data(tmp_path:
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     try:
         root = wait_until(lambda: list(tmp_path.glob("quorumlog-bench-*")), 30, "the bench's data directory")[0]
-        nodes = wait_until(lambda: (p := _pids_with(str(root) + "/n")) and len(p) == 3 and p, 30, "three nodes")
+        nodes = wait_until(lambda: (p := pids_with(str(root) + "/n")) and len(p) == 3 and p, 30, "three nodes")
         wait_until(lambda: (root / "n0" / "g0").exists(), 30, "the nodes' stores")
         bench.send_signal(signal.SIGTERM)
         assert bench.wait(60) == 128 + signal.SIGTERM
         assert not [p for p in nodes if Path(f"/proc/{p}").exists()], "nodes outlived the bench"
         assert not root.exists()
     finally:
-        if bench.poll() is None:
-            bench.kill()
-            bench.wait(10)
-        for p in _pids_with(str(tmp_path)):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p, signal.SIGKILL)
+        kill_leftovers(bench, str(tmp_path))
 
 
 def test_the_secret_comes_from_a_file_or_the_environment_never_argv(tmp_path: Path) -> None:

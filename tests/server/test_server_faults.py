@@ -16,7 +16,15 @@ from quorumlog.client import AsyncClient
 from quorumlog.errors import DiskFullError, QuorumLogError
 from quorumlog.server.cluster import LocalCluster
 
-from .conftest import SMALL_STORE, await_until, committed_entries, node_index, statuses, wait_leader
+from .conftest import (
+    SMALL_STORE,
+    await_until,
+    committed_entries,
+    disk_full_past,
+    node_index,
+    statuses,
+    wait_leader,
+)
 
 
 async def _append_all(c: AsyncClient, prefix: str, count: int, batch: int = 200) -> dict[int, bytes]:
@@ -172,17 +180,12 @@ def test_followers_with_full_disks_get_appends_refused_at_once_and_the_nodes_sta
     of each waiting out max_wait_ack_ms, and a transfer to one of them is refused; no node exits."""
     cluster = cluster_factory(start=False)
     for node in cluster.nodes[1:]:
-        text = node.config_path.read_text()
-        node.config_path.write_text(text.replace("[store]\n", "[store]\ndisk_clean_ratio = 0.0001\n"
-                                                 "disk_full_ratio = 0.0001\n", 1))
+        disk_full_past(node, 0.0001)
     cluster.start()
 
     async def main() -> None:
         async with AsyncClient(cluster.endpoints, retry_timeout=20) as c:
-            leader = await wait_leader(c, cluster)
-            if leader != "n0":
-                await c.transfer_leader("n0")
-                await await_until(lambda: _is_leader(c, cluster, "n0"), 20, "n0 to lead")
+            await _make_leader(c, cluster, "n0")
             refusals = 0
             for i in range(5):
                 t0 = time.monotonic()
@@ -216,18 +219,13 @@ def test_a_leader_whose_disk_fills_hands_leadership_to_a_follower_and_writes_go_
     ratio = (usage.used + (256 << 20)) / usage.total
     if ratio >= 0.85:
         pytest.skip("the file system is too full to raise its use by 512 MiB")
-    text = cluster.nodes[0].config_path.read_text()
-    cluster.nodes[0].config_path.write_text(text.replace(
-        "[store]\n", f"[store]\ndisk_clean_ratio = {ratio!r}\ndisk_full_ratio = {ratio!r}\n", 1))
+    disk_full_past(cluster.nodes[0], ratio)
     cluster.start()
     filler = tmp_path / "filler"
 
     async def main() -> None:
         async with AsyncClient(cluster.endpoints, retry_timeout=20) as c:
-            leader = await wait_leader(c, cluster)
-            if leader != "n0":
-                await c.transfer_leader("n0")
-                await await_until(lambda: _is_leader(c, cluster, "n0"), 20, "n0 to lead")
+            await _make_leader(c, cluster, "n0")
             acked = await _append_all(c, "before", 20)
             fd = os.open(filler, os.O_CREAT | os.O_WRONLY, 0o600)
             try:
@@ -249,6 +247,12 @@ def test_a_leader_whose_disk_fills_hands_leadership_to_a_follower_and_writes_go_
         asyncio.run(main())
     finally:
         filler.unlink(missing_ok=True)
+
+
+async def _make_leader(c: AsyncClient, cluster: LocalCluster, node_id: str) -> None:
+    if await wait_leader(c, cluster) != node_id:
+        await c.transfer_leader(node_id)
+        await await_until(lambda: _is_leader(c, cluster, node_id), 20, f"{node_id} to lead")
 
 
 async def _is_leader(c: AsyncClient, cluster: LocalCluster, node_id: str) -> bool:

@@ -37,7 +37,7 @@ from quorumlog.server.cluster import LocalCluster
 from quorumlog.server.codec import HA_MESSAGES, encode_message
 from quorumlog.server.store import NodeStore
 
-from .conftest import SMALL_STORE, await_until, committed_entries, node_index
+from .conftest import SMALL_STORE, await_until, committed_entries, disk_full_past, node_index
 
 # Small HA timings: a backup silent for a second leaves the in-sync set.
 HA_FAST = {"ha_heartbeat_interval_ms": 200, "ha_ack_timeout_ms": 1000}
@@ -381,9 +381,7 @@ def test_backup_with_a_full_disk_leaves_the_in_sync_set_and_rejoins_once_it_has_
     cluster: LocalCluster = cluster_factory(replication="primary-backup", ha={"ack": "sync", **HA_FAST},
                                             start=False)
     n1 = cluster.nodes[1]
-    normal = n1.config_path.read_text()
-    n1.config_path.write_text(normal.replace("[store]\n", "[store]\ndisk_clean_ratio = 0.0001\n"
-                                             "disk_full_ratio = 0.0001\n", 1))
+    normal = disk_full_past(n1, 0.0001)
     cluster.start()
 
     async def main() -> None:

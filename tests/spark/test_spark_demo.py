@@ -4,7 +4,6 @@ once ended the demo alone and left its three nodes running."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -12,19 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from server.conftest import wait_until
+from server.conftest import kill_leftovers, pids_with, wait_until
 
 QL = [sys.executable, "-m", "quorumlog"]
-
-
-def _pids_with(text: str) -> list[int]:
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit() and int(d) != os.getpid():
-            with contextlib.suppress(OSError):
-                if text.encode() in Path(f"/proc/{d}/cmdline").read_bytes():
-                    out.append(int(d))
-    return out
 
 
 def test_the_spark_demo_stopped_by_sigterm_stops_its_nodes_and_removes_its_data(tmp_path: Path) -> None:
@@ -33,18 +22,13 @@ def test_the_spark_demo_stopped_by_sigterm_stops_its_nodes_and_removes_its_data(
                             stderr=subprocess.DEVNULL, env=env)
     try:
         root = wait_until(lambda: list(tmp_path.glob("quorumlog-spark-demo-*")), 60, "the demo's directory")[0]
-        nodes = wait_until(lambda: (p := _pids_with(str(root) + "/cluster/n")) and len(p) == 3 and p, 60,
+        nodes = wait_until(lambda: (p := pids_with(str(root) + "/cluster/n")) and len(p) == 3 and p, 60,
                            "its three nodes")
         time.sleep(8)  # into Spark's start, or past it
         demo.send_signal(signal.SIGTERM)
         assert demo.wait(120) == 128 + signal.SIGTERM
         assert not [p for p in nodes if Path(f"/proc/{p}").exists()], "nodes outlived the demo"
-        wait_until(lambda: not _pids_with(str(tmp_path)), 30, "every process of the demo to end")
+        wait_until(lambda: not pids_with(str(tmp_path)), 30, "every process of the demo to end")
         assert not root.exists()
     finally:
-        if demo.poll() is None:
-            demo.kill()
-            demo.wait(10)
-        for p in _pids_with(str(tmp_path)):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p, signal.SIGKILL)
+        kill_leftovers(demo, str(tmp_path))
