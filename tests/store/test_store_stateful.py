@@ -48,12 +48,17 @@ def _bodies(sizes: list[int], salt: int) -> list[bytes]:
 
 
 def _files(directory: str, subs: tuple[str, ...] = ("data", "index")) -> dict[str, bytes]:
+    """The store's files and their bytes. The filler thread makes the next segment ahead and unlinks it
+    again when a truncation overtook it, so a file listed may be gone when opened: it is not there."""
     out = {}
     for sub in subs:
         d = os.path.join(directory, sub)
         for name in os.listdir(d):
-            with open(os.path.join(d, name), "rb") as f:
-                out[os.path.join(d, name)] = f.read()
+            try:
+                with open(os.path.join(d, name), "rb") as f:
+                    out[os.path.join(d, name)] = f.read()
+            except FileNotFoundError:
+                continue
     return out
 
 
