@@ -1,7 +1,7 @@
 """100,000 fuzzed frames over real sockets to a live 3-node cluster, Raft or primary/backup (with and
-without a controller): every node stays up, its memory
-stays bounded, the cluster still serves correctly afterwards, and no request met a handler's bug (each
-would be answered INTERNAL_ERROR and logged "handler failed").
+without a controller): every node stays up, its memory stays bounded, the cluster still serves
+correctly afterwards, and no request met a handler's bug (each would be answered INTERNAL_ERROR and
+logged "handler failed").
 
 Most frames are well-formed requests with random field values (indexes, sizes, group names, bodies,
 conditions; now and then a leadership transfer or a promotion, to any name), pipelined on a few
