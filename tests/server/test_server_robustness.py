@@ -191,3 +191,24 @@ def test_shared_secret_admits_peers_and_clients_that_know_it(cluster_factory: An
     r2 = subprocess.run([sys.executable, "-m", "quorumlog", "append", "--endpoints", cluster.endpoints,
                          "--timeout", "2", "x"], capture_output=True, text=True, timeout=60)
     assert r2.returncode != 0 and len(r2.stderr.strip().splitlines()) == 1, r2.stderr
+
+
+def test_malformed_http_to_the_admin_port_is_answered_400_and_logged_in_one_line(cluster_factory: Any) -> None:
+    """A request line too long, or a header that is not HTTP: answered 400, the node goes on, and the log
+    gets one WARNING line each (aiohttp logged each at ERROR with a traceback: a way to flood the log)."""
+    cluster = cluster_factory(nodes=1)
+    node = cluster.nodes[0]
+    host, port = node.admin_url.removeprefix("http://").rstrip("/").split(":")
+    with Client(cluster.endpoints, retry_timeout=30) as c:  # the node is up, its admin port too
+        c.append(b"up")
+    for request in (b"GET /" + b"a" * 10_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+                    b"GET /status HTTP/1.1\r\nHost: x\r\nBad Header\x00: y\r\n\r\n"):
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(request)
+            assert s.recv(100).split(b"\r\n")[0].endswith(b" 400 Bad Request")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 200")
+    log = node.log_path.read_text()
+    assert "Traceback" not in log and log.count("Error handling request") == 2, log[-2000:]
+    assert all(" WARNING " in line for line in log.splitlines() if "Error handling request" in line)

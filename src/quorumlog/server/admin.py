@@ -4,10 +4,12 @@ dashboard at `/` (dashboard/)."""
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import generate_latest
 from prometheus_client.exposition import choose_encoder
 
@@ -18,8 +20,25 @@ if TYPE_CHECKING:
     from .node import NodeServer
 
 
+class _MalformedRequests(logging.Filter):
+    """aiohttp answers a malformed request (a line too long, bad HTTP) 400 and logs it at ERROR with a
+    traceback: the client's mistake, and a way to flood the log. It becomes one line at WARNING."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.msg = f"{record.getMessage()}: {type(exc).__name__}: {exc.message[:200]}"
+            record.args, record.exc_info, record.exc_text = (), None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+_MALFORMED = _MalformedRequests()
+
+
 async def start_admin(node: NodeServer, sock: socket.socket) -> web.AppRunner:
     """Serve the admin endpoints on the listening socket `sock`; returns the runner to clean up."""
+    logging.getLogger("aiohttp.server").addFilter(_MALFORMED)  # (once: a logger keeps a filter once)
     app = web.Application()
 
     async def status(_request: web.Request) -> web.Response:
