@@ -29,6 +29,8 @@ try:
 except StoreLockedError as e:
     print(f"locked pid={e.pid} {e}", flush=True)
     sys.exit(3)
+s.data.wait_filled(30)  # the segment made ahead, before the parent compares the files
+s.index.wait_filled(30)
 print("ready", flush=True)
 sys.stdin.readline()
 s.close()
@@ -97,6 +99,7 @@ def test_holder_in_this_process_refuses_a_second_process(tmp_path: Path) -> None
     d = tmp_path / "s"
     make_store(d)
     s = FileStore(d, CFG)
+    assert s.data.wait_filled(30) and s.index.wait_filled(30)  # (the filler settled: files compare)
     before = snapshot(d)
     child = spawn(d)
     out, _ = child.communicate("", timeout=30)
