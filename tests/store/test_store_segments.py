@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from quorumlog.config import StoreConfig
 from quorumlog.store import segments
+from quorumlog.store.file_store import FileStore
 from quorumlog.store.segments import SegmentList
 from quorumlog.store.vfs import Buffer, OsFiles
 
@@ -42,6 +44,23 @@ def test_a_new_segment_is_sparse_and_the_filler_stays_a_window_ahead(tmp_path: P
         assert end - 4096 <= _allocated(tmp_path) <= end + 3 * 4096, _allocated(tmp_path) - end
     finally:
         seg.close()
+
+
+def test_segments_smaller_than_a_block_settle(tmp_path: Path) -> None:
+    """Index segments smaller than one block (tests use them): there is no block to allocate, and a
+    store reopened over them settles at once (wait_filled waited its whole timeout, the next fill
+    always pointing at a block that did not fit into the segment)."""
+    cfg = StoreConfig(data_segment_bytes=16 * 1024, index_segment_bytes=32 * 16, max_body_bytes=4096)
+    s = FileStore(tmp_path, cfg)
+    for _ in range(40):
+        s.append([b"x" * 700], 3)
+    s.close()
+    s = FileStore(tmp_path, cfg)
+    try:
+        t0 = time.monotonic()
+        assert s.index.wait_filled(5) and s.data.wait_filled(5) and time.monotonic() - t0 < 2
+    finally:
+        s.close()
 
 
 @pytest.mark.parametrize("prewrite", [False, True])

@@ -305,7 +305,9 @@ class SegmentList:
     def _next_fill(self) -> tuple[Segment, int] | None:
         """Where the filler allocates next: the first whole block (counted from its segment's start) at
         or past `_filled`, in the next segment when this one has none left; None when the window ahead of
-        the writer ends before it, or no segment holds it yet."""
+        the writer ends before it, no segment holds it yet, or a segment is smaller than one block."""
+        if self.size < FILL_ALIGN:
+            return None
         seg = self.find(self._filled)
         if seg is None:
             return None
