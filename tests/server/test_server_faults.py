@@ -202,6 +202,9 @@ def test_followers_with_full_disks_get_appends_refused_at_once_and_the_nodes_sta
             with pytest.raises(DiskFullError, match="the disk of n1 is full"):
                 await c.transfer_leader("n1")
             assert await _is_leader(c, cluster, "n0")
+            st = await statuses(c, cluster)  # and the status says so, on the leader and on each of them
+            assert list(st["n0"]["peers_disk_full"]) == ["n1", "n2"] and not st["n0"]["disk_full"]
+            assert st["n1"]["disk_full"] and st["n2"]["disk_full"]
         assert all(n.alive for n in cluster.nodes)
 
     asyncio.run(main())
@@ -238,6 +241,7 @@ def test_a_leader_whose_disk_fills_hands_leadership_to_a_follower_and_writes_go_
             st = await statuses(c, cluster)
             new = next(n for n, doc in st.items() if doc["role"] == "leader")
             assert new in ("n1", "n2") and r.index > max(acked.keys() - {r.index})
+            assert st["n0"]["disk_full"] and not st[new]["disk_full"]
             acked.update(await _append_all(c, "at the new leader", 20))
             for i, body in acked.items():
                 assert (await c.get(i)).body == body

@@ -483,7 +483,7 @@ class Group:
             "leader": node.leader_id, "begin_index": s.begin_index, "end_index": s.end_index,
             "committed_index": s.committed_index, "durable_index": s.durable_index,
             "recovering": node.recovering, "joining": node.joining, "pending_appends": self.pending_appends,
-            "producers": len(node.producers),
+            "producers": len(node.producers), "disk_full": s.disk_full,
             "peers": {pid: addr for pid, addr in self.peers.items()},
             "stats": self.stats.doc(),
         }
@@ -492,6 +492,8 @@ class Group:
         if node.role == Role.LEADER:
             doc["peer_watermarks"] = {p: node.peer_match(p) for p in self.peers if p != self.node_id}
             doc["peer_lag"] = {p: max(0, s.end_index - m) for p, m in doc["peer_watermarks"].items()}
+            if isinstance(node, RaftNode) and node.leader is not None:  # followers that refused for a full disk
+                doc["peers_disk_full"] = sorted(p for p, d in node.leader.dispatchers.items() if d.disk_full)
         return doc
 
     @property

@@ -237,6 +237,11 @@ class FileStore(FileCuts):
         if self._closed:
             raise StoreError(f"store {self.dir} is closed")
 
+    @property
+    def disk_full(self) -> bool:
+        """The last disk probe found use at or past disk_full_ratio (appends are refused meanwhile)."""
+        return self._disk_full
+
     def _check_space(self) -> None:
         now = time.monotonic()
         if now >= self._next_disk_probe or self._write_pos >= self._next_disk_probe_pos:
