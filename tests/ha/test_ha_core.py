@@ -302,6 +302,44 @@ def test_backup_behind_the_primary_begin_is_reset() -> None:
     assert p.stores["b"].end_index == 40 and p.chain("b", 40) == p.chain("a", 40)
 
 
+def test_backup_with_an_old_epoch_tail_where_the_primary_expired_is_reset() -> None:
+    """a leads epoch 3 and expired every entry of epoch 1, so it shares no epoch with b, an old primary
+    of epoch 2 whose own tail a never had. a can only keep b at the entry before its first, which b
+    holds from epoch 2, not 3: b once kept it, and its committed log differed from a's there."""
+    a = log_of([1] * 20 + [3] * 20, tag=b"." * 200)
+    a.set_committed(a.end_index)
+    assert a.expire(32, 1.0) == 32 and a.begin_index == 32 and epoch_list(a) == [(3, 39)]
+    b = log_of([1] * 20 + [2] * 16, tag=b"!" * 200)  # (other bodies: its own epoch-2 entries differ too)
+    c = log_of([1] * 20 + [3] * 20, tag=b"." * 200)
+    for s in (a, b, c):
+        s.save_vote(3, "a")
+    p = Pump(stores={"a": a, "b": b, "c": c})
+    p.run(100)
+    assert p.code(p.append("a", [b"x"])) == OK
+    begin = p.stores["a"].begin_index
+    assert all(p.chain("b", i) == p.chain("a", i) for i in range(begin, 41))
+    assert p.stores["b"].begin_index == begin and p.bodies("b") == p.bodies("a")
+    assert p.nodes["b"].stats["ha_kept_entry_differs"] == 1
+
+
+def test_backup_ending_where_the_primary_expired_a_segment_blank_end_is_reset() -> None:
+    """b ends at the last entry of a's first segment, whose blank end a expired with the segment. a keeps
+    b there and streams from its first entry, at the next segment; b's next write position was inside
+    the blank, so every report mismatched and b handshook for ever. Now b starts again at a's first."""
+    a = log_of([1] * 40, tag=b"." * 200)
+    a.set_committed(a.end_index)
+    seg = STORE.data_segment_bytes
+    assert a.expire(16, 1.0) == 16 and a.begin_pos == seg  # 16 entries a segment, then a blank
+    b = log_of([1] * 16, tag=b"." * 200)
+    assert b.write_pos < seg
+    c = log_of([1] * 40, tag=b"." * 200)
+    p = Pump(stores={"a": a, "b": b, "c": c})
+    p.run(300)
+    assert p.code(p.append("a", [b"x"])) == OK
+    assert p.stores["b"].end_index == 40 and p.chain("b", 40) == p.chain("a", 40)
+    assert p.nodes["b"].stats["ha_kept_entry_differs"] == 1
+
+
 # -- epochs: fencing, restarts, promotion ----------------------------------------------------------
 def test_old_primary_is_fenced_by_a_higher_epoch_and_its_tail_cut() -> None:
     p = started()

@@ -72,6 +72,16 @@ class Backup:
             return
         store = self.store
         reset = m.keep_index == -2 or m.keep_index < store.begin_index - 1
+        keep = m.keep_index
+        if not reset and keep == m.begin_index - 1 and store.begin_index - 1 <= keep <= store.end_index and (
+                store.term_at(keep) != m.begin_term
+                or (store.begin_pos if keep < store.begin_index else store.end_pos(keep)) != m.begin_pos):
+            # The primary keeps us at the entry before its first, having expired what it could compare on.
+            # Ours there is of another epoch (our own tail from an old one), or the primary's first entry
+            # starts elsewhere (a segment's blank end, expired with that segment, which it cannot stream):
+            # start again at its begin.
+            reset = True
+            self.stats["ha_kept_entry_differs"] += 1
         if (m.begin_index - 1 if reset else m.keep_index) < min(self.held, store.end_index):
             self.stats["ha_stale_truncates"] += 1  # a late answer (a retry, a duplicate): wait for the latest
             return
