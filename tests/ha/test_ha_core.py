@@ -340,6 +340,30 @@ def test_backup_ending_where_the_primary_expired_a_segment_blank_end_is_reset() 
     assert p.nodes["b"].stats["ha_kept_entry_differs"] == 1
 
 
+def test_backup_that_expired_further_than_the_primary_goes_on_from_its_end() -> None:
+    """b's log is empty and begins at a's entry 16, in the segment after a blank end (an earlier primary
+    that had expired further reset it there). a has expired nothing. They share no epoch a can compare
+    on, and a told b to start again at a's first entry, which b (rightly) took for a stale answer: it
+    never caught up. Now a keeps b at its end (what b skipped was committed, and a holds the committed
+    log) and takes b's report from the next segment, where a's entry 16 starts past the blank."""
+    a = log_of([1] * 40, tag=b"." * 200)
+    a.set_committed(a.end_index)
+    old = log_of([1] * 40, tag=b"." * 200)  # the earlier primary, expired through entry 15
+    old.set_committed(old.end_index)
+    assert old.expire(16, 1.0) == 16
+    b = store()
+    b.reset(old.begin_index, old.begin_pos, old.begin_chain, old.begin_term)
+    b.set_committed(15)
+    assert (b.begin_index, b.end_index) == (16, 15)
+    assert b.begin_pos == STORE.data_segment_bytes != a.end_pos(15)  # past the blank: a's entry 16 is there
+    c = log_of([1] * 40, tag=b"." * 200)
+    p = Pump(stores={"a": a, "b": b, "c": c})
+    p.run(300)
+    assert p.code(p.append("a", [b"x"])) == OK
+    assert p.stores["b"].end_index == 40 and p.chain("b", 40) == p.chain("a", 40)
+    assert p.nodes["a"].primary.backups["b"].streaming  # type: ignore[union-attr]
+
+
 # -- epochs: fencing, restarts, promotion ----------------------------------------------------------
 def test_old_primary_is_fenced_by_a_higher_epoch_and_its_tail_cut() -> None:
     p = started()

@@ -24,7 +24,7 @@ from collections import Counter, deque
 from collections.abc import Sequence
 
 from ..config import HaConfig, RaftConfig
-from ..errors import ResponseCode
+from ..errors import QuorumLogError, ResponseCode
 from ..raft.appends import AppendRequest, Appends
 from ..raft.producers import ProducerTable
 from ..raft.ready import APPEND, Completion, Ready
@@ -39,13 +39,16 @@ WINDOW_FRAMES = 8
 class BackupView:
     """What the primary knows of one backup."""
 
-    __slots__ = ("id", "streaming", "expect_offset", "expect_index", "next_index", "next_offset", "acked_index",
-                 "acked_offset", "inflight", "heard_ms", "sent_ms", "sent_commit", "behind_since")
+    __slots__ = ("id", "streaming", "expect_offset", "expect_start", "expect_index", "next_index", "next_offset",
+                 "acked_index", "acked_offset", "inflight", "heard_ms", "sent_ms", "sent_commit", "behind_since")
 
     def __init__(self, backup_id: str) -> None:
         self.id = backup_id
         self.streaming = False  # handshake done and its first report accepted
         self.expect_offset = -1  # after a handshake: the report that starts streaming
+        # ...or this one: where the next entry starts when a segment's blank end comes first (the backup
+        # expired that segment), -1 when nothing lies between.
+        self.expect_start = -1
         self.expect_index = -1
         self.next_index = 0  # the next entry to send, at byte next_offset
         self.next_offset = 0
@@ -231,13 +234,21 @@ class Primary:
             self._refuse(b, f"bad handshake: {e}")
             return
         keep = agreed_end(epoch_list(store), theirs)
-        if keep is None:
-            keep = store.begin_index - 1 if m.begin_index <= store.begin_index else -2
+        if keep is None:  # no epoch in common among the entries both still hold
+            if m.begin_index <= store.begin_index:
+                keep = store.begin_index - 1  # (the backup checks its entry there: backup.py)
+            elif m.begin_index - 1 <= store.end_index:
+                # It expired further than we did: entries expire once committed, and we hold the
+                # committed log, so its log matches ours up to its first entry.
+                keep = m.begin_index - 1
+            else:
+                keep = -2
         keep = min(keep, m.end_index, store.end_index)
         if keep < store.begin_index - 1 or keep < m.begin_index - 1:
             keep = -2  # nothing usable in common: it restarts at this log's begin
         b.expect_index = store.begin_index - 1 if keep == -2 else keep
         b.expect_offset = self._offset_after(b.expect_index)
+        b.expect_start = self._next_start(b.expect_index)
         out.messages.append(HaTruncate(self.group, self.node_id, b.id, self.epoch, self.node_id, keep,
                                        store.begin_index, store.begin_pos, store.begin_chain, store.begin_term))
         b.sent_ms = now  # no heartbeat right behind it: it would say "not streaming" before the report lands
@@ -250,7 +261,7 @@ class Primary:
         b.heard_ms = now
         offset = m.offset
         if not b.streaming:
-            if b.expect_offset < 0 or offset != b.expect_offset:
+            if b.expect_offset < 0 or (offset != b.expect_offset and offset != b.expect_start):
                 if b.expect_offset >= 0:
                     self._refuse(b, f"reported offset {offset} after the handshake, expected {b.expect_offset}")
                 return
@@ -285,6 +296,17 @@ class Primary:
             self.isr_joining.discard(b.id)
         if b.id in self.isr:
             self.isr_leaving.add(b.id)
+
+    def _next_start(self, index: int) -> int:
+        """Where the entry after `index` starts, if a segment's blank end lies between them; else -1."""
+        store = self.store
+        if not store.begin_index <= index < store.end_index:
+            return -1
+        try:
+            start = store.get(index + 1).pos
+        except QuorumLogError:  # (unreadable: the report must then be the offset just past `index`)
+            return -1
+        return start if start != store.end_pos(index) else -1
 
     def _offset_after(self, index: int) -> int:
         store = self.store
