@@ -5,7 +5,9 @@ stopped by pid)."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,12 +28,17 @@ def spark() -> Iterator[SparkSession]:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # The JVM's temporary files (its artifacts, block manager and native-library dirs) go to a directory
+    # of the test session's, removed after: java.io.tmpdir is /tmp whatever TMPDIR says.
+    tmp = tempfile.mkdtemp(prefix="quorumlog-spark-tests-")
     session = (SparkSession.builder.master("local[2,4]").appName("quorumlog-tests")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.ui.enabled", "false")
                .config("spark.driver.memory", "1g")
                .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-               .config("spark.driver.extraJavaOptions", "-Dlog4j.rootLogger=ERROR")
+               .config("spark.driver.extraJavaOptions",
+                       f"-Dlog4j.rootLogger=ERROR -XX:-UsePerfData -Djava.io.tmpdir={tmp}")
+               .config("spark.local.dir", tmp)
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     register(session)
@@ -39,6 +46,7 @@ def spark() -> Iterator[SparkSession]:
         yield session
     finally:
         session.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def leader_of(cluster: LocalCluster, group: str, timeout: float = 20.0) -> str:

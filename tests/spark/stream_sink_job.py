@@ -38,7 +38,9 @@ def main() -> None:
     spark = (SparkSession.builder.master("local[2]").appName("quorumlog-stream-job")
              .config("spark.ui.enabled", "false")
              .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100")  # the sink sees rows as they come
-             .config("spark.driver.extraJavaOptions", "-Dlog4j.rootLogger=ERROR -XX:-UsePerfData")
+             # (its temporary files where the test keeps its own: it is killed, so nothing else removes them)
+             .config("spark.driver.extraJavaOptions", "-Dlog4j.rootLogger=ERROR -XX:-UsePerfData "
+                     f"-Djava.io.tmpdir={os.environ.get('SPARK_LOCAL_DIRS', '/tmp')}")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
