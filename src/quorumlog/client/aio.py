@@ -273,19 +273,19 @@ class AsyncClient:
         it is written only if the group's last client entry is that index (-1: none), else
         ExpectedEndMismatchError tells the actual one."""
         r = await self._append_call(Op.APPEND, body, APPEND_RESPONSE, expected_end)
-        _check_answer(r.index, 1, 1, r.pos, False)
+        _check_answer(r.index, 1, (r.pos,), False)
         return AppendResult(r.index, r.term, r.pos)
 
     async def append_many(self, bodies: Sequence[bytes], *, expected_end: int | None = None) -> list[AppendResult]:
         """Append entries as one request (one frame, one quorum wait); indexes are consecutive."""
         r = await self._append_call(Op.APPEND_BATCH, list(bodies), _BATCH_ANSWER, expected_end)
-        _check_answer(r.first_index, len(bodies), len(r.positions), min(r.positions, default=0), self.idempotent)
+        _check_answer(r.first_index, len(bodies), r.positions, self.idempotent)
         return [AppendResult(r.first_index + i, r.term, p) for i, p in enumerate(r.positions)]
 
     async def append_batch_raw(self, bodies: Sequence[bytes]) -> tuple[int, int]:
         """append_many without building per-entry results: (first index, count). For high-rate producers."""
         r = await self._append_call(Op.APPEND_BATCH, list(bodies), _BATCH_ANSWER, None)
-        _check_answer(r.first_index, len(bodies), len(r.positions), min(r.positions, default=0), self.idempotent)
+        _check_answer(r.first_index, len(bodies), r.positions, self.idempotent)
         return r.first_index, len(r.positions)
 
     async def _append_call(self, op: Op, bodies: bytes | list[bytes], schema: Schema,
@@ -562,10 +562,12 @@ def _decode(buf: bytes, max_body: int) -> list[Entry]:
 __all__ = ["AppendResult", "AsyncClient", "Metadata", "NotLeaderError", "parse_endpoints"]
 
 
-def _check_answer(first_index: int, sent: int, answered: int, lowest_pos: int, idempotent: bool) -> None:
+def _check_answer(first_index: int, sent: int, positions: Sequence[int], idempotent: bool) -> None:
     """A node's SUCCESS to an append names an index and a position for every entry sent: an answer that
     does not would have callers pair entries with the wrong indexes. (With the idempotent producer, a
-    retry that the node recognises is answered with the entries the first attempt wrote, however many.)"""
-    if first_index < 0 or lowest_pos < 0 or (answered != sent and not idempotent) or not answered:
+    retry that the node recognises is answered with the entries the first attempt wrote, however many.)
+    O(1): the first position stands for the rest, which a node gives in ascending order."""
+    answered = len(positions)
+    if first_index < 0 or not answered or positions[0] < 0 or (answered != sent and not idempotent):
         raise QuorumLogError(f"node answered an append of {sent} entries with {answered} positions from index "
                              f"{first_index}", ResponseCode.INCONSISTENT_STATE)

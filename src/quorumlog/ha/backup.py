@@ -82,7 +82,7 @@ class Backup:
             # start again at its begin.
             reset = True
             self.stats["ha_kept_entry_differs"] += 1
-        if (m.begin_index - 1 if reset else m.keep_index) < min(self.held, store.end_index):
+        if (m.begin_index - 1 if reset else keep) < min(self.held, store.end_index):
             self.stats["ha_stale_truncates"] += 1  # a late answer (a retry, a duplicate): wait for the latest
             return
         if reset:
