@@ -1,0 +1,232 @@
+"""Random faults on every node of a real cluster while idempotent writers record a history; then every fault
+healed, and the outcome checked: nothing acknowledged lost or moved, nothing written twice or out of real-time
+order (history.py), every replica's committed log the same, every store intact (`quorumlog check-store`).
+
+Unlike the leader-only nemesis of the exactly-once and controller tests, a fault here hits any node, in any
+role, at any time, and faults overlap (two nodes down: no quorum for a while):
+- kill: SIGKILL, restarted a moment later;
+- pause: SIGSTOP, then SIGCONT (a paused leader comes back believing it leads);
+- wipe (Raft only): SIGKILL, the group's store deleted, restarted empty: a replaced disk, only while every
+  other node runs and holds its log (one lost disk at a time, the fault model of a majority);
+- transfer (Raft only): leadership handed to a random node.
+
+Used by tests/server/test_server_chaos.py for a short run; for a long hunt:
+
+    python -m tests.server.chaos --seconds 600 --seed 7 [--mode pb]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quorumlog.client import AsyncClient
+from quorumlog.errors import QuorumLogError
+from quorumlog.server.cluster import LocalCluster
+
+from .conftest import FAST_RAFT, SMALL_STORE, await_until, check_store, committed_entries, statuses
+from .history import Op, check_history, record_appends
+
+# Primary/backup with a controller (automatic failover), sync acks, fast failure detection.
+PB_HA = {"ack": "sync", "controller": "ctl", "ha_heartbeat_interval_ms": 200, "ha_ack_timeout_ms": 800,
+         "failover_timeout_ms": 800}
+
+
+@dataclass
+class Nemesis:
+    cluster: LocalCluster
+    admin: AsyncClient
+    rng: random.Random
+    raft: bool
+    done: list[str] = field(default_factory=list)
+    down: set[int] = field(default_factory=set)  # killed or paused right now
+    wiped: set[int] = field(default_factory=set)  # restarted empty, maybe not caught up yet
+
+    async def run(self, stop: float) -> None:
+        """Start a fault every 0.5-2 s until `stop` (loop time); each heals itself after a while."""
+        loop = asyncio.get_running_loop()
+        faults: list[asyncio.Task[None]] = []
+        try:
+            while loop.time() < stop:
+                await asyncio.sleep(self.rng.uniform(0.5, 2.0))
+                if loop.time() >= stop:
+                    break
+                faults.append(asyncio.ensure_future(self._one()))
+        finally:
+            await asyncio.gather(*faults, return_exceptions=False)
+
+    async def _one(self) -> None:
+        n = len(self.cluster.nodes)
+        kinds = ["kill", "pause"] + (["wipe", "transfer"] if self.raft else [])
+        kind = self.rng.choice(kinds)
+        i = self.rng.randrange(n)
+        if kind == "transfer":
+            target = self.cluster.nodes[i].node_id
+            try:
+                await asyncio.wait_for(self.admin.transfer_leader(target), 5)
+                self.done.append(f"transfer to {target}")
+            except (TimeoutError, QuorumLogError) as e:
+                self.done.append(f"transfer to {target} refused: {type(e).__name__}")
+            return
+        if i in self.down or len(self.down) >= n - 1:  # never every node at once: something must lead
+            return
+        if kind == "wipe" and (self.down or self.wiped or not await self._all_caught_up()):
+            kind = "kill"
+        self.down.add(i)
+        node = self.cluster.nodes[i]
+        try:
+            if kind == "pause":
+                assert node.proc is not None
+                node.proc.send_signal(signal.SIGSTOP)
+                try:
+                    await asyncio.sleep(self.rng.uniform(0.3, 2.5))
+                finally:
+                    node.proc.send_signal(signal.SIGCONT)
+            else:
+                self.cluster.kill(i, signal.SIGKILL)
+                if kind == "wipe":
+                    for g in self.cluster.group_names:
+                        shutil.rmtree(node.data_dir / g, ignore_errors=True)
+                    self.wiped.add(i)
+                await asyncio.sleep(self.rng.uniform(0.2, 2.0))
+                self.cluster.start(i)
+            self.done.append(f"{kind} {node.node_id}")
+        finally:
+            self.down.discard(i)
+        if kind == "wipe":
+            await self._until_caught_up(i)
+
+    async def _all_caught_up(self) -> bool:
+        st = await statuses(self.admin, self.cluster)
+        leaders = [s for s in st.values() if s["role"] == "leader"]
+        return (len(st) == len(self.cluster.nodes) and len(leaders) == 1
+                and all(not s["recovering"] and not s["joining"] and s["end_index"] >= leaders[0]["committed_index"]
+                        for s in st.values()))
+
+    async def _until_caught_up(self, i: int) -> None:
+        """Keep `i` counted as wiped (no second wipe) until it holds the leader's committed log again."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while loop.time() < deadline:
+            await asyncio.sleep(0.5)
+            if await self._all_caught_up():
+                break
+        self.wiped.discard(i)
+
+
+async def record_batches(c: AsyncClient, name: str, stop: float, ops: list[Op], rng: random.Random) -> None:
+    """Like record_appends, in batches of 1-20 (one request, one wait, one outcome for the batch)."""
+    n = 0
+    loop = asyncio.get_running_loop()
+    while loop.time() < stop:
+        batch = [Op(f"{name}-{n + k}".encode(), time.monotonic()) for k in range(rng.randint(1, 20))]
+        n += len(batch)
+        ops.extend(batch)
+        try:
+            results = await c.append_many([op.body for op in batch])
+            for op, r in zip(batch, results, strict=True):
+                op.index = r.index
+        except QuorumLogError as e:
+            for op in batch:
+                op.error = type(e).__name__
+        t = time.monotonic()
+        for op in batch:
+            op.completed = t
+
+
+async def _settled(admin: AsyncClient, cluster: LocalCluster, raft: bool) -> str | None:
+    """The leader's id once one leads, every node answers and holds the leader's whole log, committed."""
+    st = await statuses(admin, cluster)
+    leaders = [n for n, s in st.items() if s["role"] == "leader" and (raft or s.get("confirmed"))]
+    if len(st) != len(cluster.nodes) or len(leaders) != 1:
+        return None
+    end = st[leaders[0]]["end_index"]
+    if any(s["committed_index"] != end or s["end_index"] != end or s["recovering"] for s in st.values()):
+        return None
+    return leaders[0]
+
+
+async def run_chaos(root: Path, seconds: float, seed: int, raft: bool = True, writers: int = 3) -> dict[str, Any]:
+    """One chaos run in `root`; raises AssertionError on any violation; returns a summary."""
+    rng = random.Random(seed)
+    kwargs: dict[str, Any] = {"raft": FAST_RAFT, "store": SMALL_STORE, "log_level": "INFO"}
+    if not raft:
+        kwargs.update(replication="primary-backup", ha=PB_HA)
+    cluster = LocalCluster(root, 3, 1, **kwargs)
+    cluster.start()
+    ops: list[Op] = []
+    try:
+        async with AsyncClient(cluster.endpoints) as admin:
+            await await_until(lambda: _settled(admin, cluster, raft), 30, "a first leader")
+            clients = [AsyncClient(cluster.endpoints, retry_timeout=30) for _ in range(writers)]
+            nemesis = Nemesis(cluster, admin, rng, raft)
+            try:
+                stop = asyncio.get_running_loop().time() + seconds
+                tasks = [record_appends(c, f"w{k}a", stop, ops) for k, c in enumerate(clients)]
+                tasks += [record_batches(c, f"w{k}b", stop, ops, random.Random(seed * 100 + k))
+                          for k, c in enumerate(clients)]
+                await asyncio.gather(nemesis.run(stop), *tasks)
+            finally:
+                for c in clients:
+                    await c.close()
+            cluster.start()  # every node back (a fault heals itself; this covers one that failed to)
+            leader = await await_until(lambda: _settled(admin, cluster, raft), 90,
+                                       "one leader, every replica holding its whole log, committed")
+            logs = {}
+            for node in cluster.nodes:
+                logs[node.node_id] = [(i, b) for i, b in await committed_entries(node.address) if b]
+            log = logs[leader]
+            for nid, other in logs.items():
+                assert other == log, f"{nid}'s committed log differs from the leader's ({len(other)} and {len(log)})"
+            summary = check_history(ops, log)
+        exits = cluster.stop()
+        assert all(code == 0 for code in exits.values()), f"a node did not stop cleanly: {exits}"
+        for node in cluster.nodes:
+            for g in cluster.group_names:
+                check_store(node.data_dir / g / node.node_id)
+        crashed = [n.node_id for n in cluster.nodes if "Traceback" in n.log_path.read_text(errors="replace")]
+        assert not crashed, f"a traceback in the log of {crashed}"
+        summary.update(appends=len(ops), faults=len(nemesis.done), log=len(log),
+                       kinds={k: sum(d.startswith(k) for d in nemesis.done)
+                              for k in ("kill", "pause", "wipe", "transfer")})
+        return summary
+    finally:
+        cluster.stop(timeout=10)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=float, default=120)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--runs", type=int, default=1, help="seeds seed, seed+1, ...")
+    p.add_argument("--mode", choices=("raft", "pb"), default="raft")
+    p.add_argument("--keep", action="store_true", help="keep the data dirs and logs of a failed run")
+    a = p.parse_args()
+    failed = 0
+    for seed in range(a.seed, a.seed + a.runs):
+        root = Path(tempfile.mkdtemp(prefix=f"quorumlog-chaos-{seed}-"))
+        t = time.monotonic()
+        try:
+            s = asyncio.run(run_chaos(root, a.seconds, seed, raft=a.mode == "raft"))
+            print(f"seed {seed}: ok in {time.monotonic() - t:.0f} s: {s}", flush=True)
+            shutil.rmtree(root)
+        except AssertionError as e:
+            failed += 1
+            print(f"seed {seed}: FAILED: {e}", flush=True)
+            print(f"  data and logs: {root}" if a.keep else "", flush=True)
+            if not a.keep:
+                shutil.rmtree(root)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
