@@ -56,6 +56,9 @@ class Pump:
         self._rid = 0
         for i in ids:
             self.start(i)
+        for i in ids:  # pristine stores in a new group: the controller finds it new (server/controller.py)
+            if self.nodes[i].recovering:
+                self.drivers[i].apply(self.nodes[i].recovered(self.now), self.now)
 
     def start(self, i: str) -> HaNode:
         """(Re)start node `i` over its store, as a process does after a crash."""

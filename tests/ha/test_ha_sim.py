@@ -104,7 +104,7 @@ def test_pb_sim_catches_joiners_lacking_the_primary_start(monkeypatch: pytest.Mo
         self.start_index = -1  # joiners need only the commit index again
 
     monkeypatch.setattr(Primary, "__init__", from_commit_only)
-    assert "(recorded in sync) lacks acknowledged entries" in first_failure(run_pb_seed, PbConfig(), range(40))
+    assert "(recorded in sync) lacks acknowledged entries" in first_failure(run_pb_seed, PbConfig(), range(120))
 
 
 def test_pb_sim_catches_stale_truncates(monkeypatch: pytest.MonkeyPatch) -> None:

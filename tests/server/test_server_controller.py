@@ -157,3 +157,47 @@ def test_a_primary_whose_disk_fills_has_an_in_sync_backup_elected_and_writes_go_
         asyncio.run(main())
     finally:
         filler.unlink(missing_ok=True)
+
+
+@pytest.mark.slow
+def test_a_primary_whose_disk_is_replaced_never_leads_empty_and_an_in_sync_backup_takes_over(
+        cluster_factory: Any) -> None:
+    """n0, the primary, loses its disk (every store deleted) and is back before the controller fails over:
+    the record still names it primary. It must not lead with its empty log (its backups would be cut to
+    it): it asks the controller to elect an in-sync backup, follows it, and catches up; every acknowledged
+    append survives on every node."""
+    cluster = cluster_factory(replication="primary-backup", ha={**HA, "failover_timeout_ms": 5000})
+
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints, retry_timeout=30) as c:
+            async def in_sync() -> bool:
+                s = (await statuses(c, cluster)).get("n0", {})
+                return bool(s.get("confirmed")) and sorted(s.get("in_sync", ())) == ["n1", "n2"]
+
+            await await_until(in_sync, 20, "n0 a confirmed primary with both backups in sync")
+            acked = {(await c.append(f"a{i}".encode())).index: f"a{i}".encode() for i in range(50)}
+            cluster.kill(0)
+            for d in cluster.nodes[0].data_dir.iterdir():
+                if d.is_dir():
+                    shutil.rmtree(d)
+            cluster.start(0)  # well within failover_timeout_ms: only n0 itself can hand the role on
+
+            async def replaced() -> str | None:
+                st = await statuses(c, cluster)
+                new = [n for n, s in st.items() if s["role"] == "leader" and s["confirmed"]]
+                return new[0] if new and new[0] != "n0" else None
+
+            new = await await_until(replaced, 30, "an in-sync backup elected in n0's place")
+            acked.update({(await c.append(f"b{i}".encode())).index: f"b{i}".encode() for i in range(20)})
+
+            async def n0_caught_up() -> bool:
+                s = (await statuses(c, cluster)).get("n0", {})
+                return not s.get("recovering", True) and s.get("end_index") == max(acked)
+
+            await await_until(n0_caught_up, 30, "n0 caught up and cleared")
+            for node in cluster.nodes:
+                bodies = dict(await committed_entries(node.address))
+                assert all(bodies.get(i) == b for i, b in acked.items()), f"{node.node_id} lacks acknowledged entries"
+            assert new in ("n1", "n2")
+
+    asyncio.run(main())

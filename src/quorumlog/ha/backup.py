@@ -47,6 +47,7 @@ class Backup:
         self.frames: deque[tuple[int, int]] = deque()  # (last index, end offset) written, not yet acked
         self.last_error = ""  # why the latest frame was refused (status: last_frame_error)
         self.quiet_until = now  # after a frame our full disk refused: no handshake before then
+        self.commit_seen = -2  # the primary's commit in its first frame since streaming began (-2: none yet)
         # The log up to here is known to be the primary's (agreed or streamed; entries of its epoch are its
         # own, streamed once durable): a truncate cutting below it answers an earlier handshake.
         self.held = store.end_index if store.end_term == epoch else store.begin_index - 1
@@ -145,6 +146,8 @@ class Backup:
             self.stats["ha_frames_written"] += 1
             self.frames.append((store.end_index, store.write_pos))
             out.must_flush = True
+        if self.commit_seen == -2:
+            self.commit_seen = m.committed
         committed = min(m.committed, store.end_index)
         if committed > store.committed_index:
             store.set_committed(committed)

@@ -47,11 +47,18 @@ class HaNode:
         self.epoch, primary = store.load_vote()
         if self.epoch == 0:  # a new group: epoch 1 led by the configured primary
             self.epoch, primary = 1, cfg.primary
+            if cfg.controller is not None and store.end_index < 0 and store.begin_index <= 0:
+                # A pristine store: new, or a replaced disk that lost entries the controller's record
+                # counts on. Until the controller tells which (server/controller.py), this node takes no
+                # primary role from the record. Persisted: a restart midway must not forget it.
+                store.set_recovering(True)
         self.primary_id: str | None = primary
         self.confirmed = False  # a primary takes writes once confirmed (see the module docstring)
         self.isr: set[str] = {m for m in self.members if m != node_id}
         self.primary: Primary | None = None
         self.backup: Backup | None = None
+        self._withheld = False  # primary of its epoch by its own store, withheld while recovering
+        self._empty_logs: dict[str, bool] = {}  # while withheld: whose handshakes showed an empty log
         self._next_request_id = 1
         self._start(now, Ready())
 
@@ -72,8 +79,31 @@ class HaNode:
     def is_leader(self) -> bool:
         return self.primary is not None and self.confirmed
 
-    recovering = False
     joining = False
+
+    @property
+    def recovering(self) -> bool:
+        """Started on a pristine store in a controlled group, and not yet cleared by the controller."""
+        return self.store.recovering
+
+    def caught_up(self, epoch: int, primary: str) -> bool:
+        """A backup of `primary` in `epoch` holding, durable, what that primary had committed when it began
+        streaming to us: every entry acknowledged before then (later ones needed our ack, or we were out)."""
+        b = self.backup
+        return (b is not None and self.epoch == epoch and self.primary_id == primary and b.commit_seen > -2
+                and self.store.durable_index >= b.commit_seen)
+
+    def recovered(self, now_ms: int) -> Ready:
+        """The controller found the group new, or this node out of the record's primary and in-sync set:
+        a primary of its epoch by its own store (a new group's configured one) takes that role again."""
+        out = Ready()
+        self.store.set_recovering(False)
+        if self._withheld:
+            self._withheld = False
+            if self.primary_id is None:
+                self.primary_id = self.node_id
+                self._start(now_ms, out)
+        return out
 
     def expiry_safe_index(self, now_ms: int, member_timeout_ms: int) -> int:
         """What every member holds (the primary knows); a backup keeps to its commit."""
@@ -179,6 +209,8 @@ class HaNode:
     def promote(self, epoch: int, now_ms: int, isr: set[str] | None = None) -> Ready:
         """Become the primary of `epoch` (higher than any this node has seen), confirmed."""
         out = Ready()
+        if self.recovering:
+            raise ValueError(f"{self.node_id} started on an empty store the controller has not cleared")
         if epoch <= self.epoch and not (epoch == self.epoch and self.primary_id == self.node_id):
             raise ValueError(f"epoch {epoch} is not above this node's epoch {self.epoch}")
         # Without a record of who is in sync (a manual promotion), backups join as they prove they hold
@@ -213,6 +245,10 @@ class HaNode:
 
     def _start(self, now: int, out: Ready) -> None:
         self.primary = self.backup = None
+        if self.primary_id == self.node_id and self.recovering:
+            # A store that may have lost acknowledged entries never leads, not even unconfirmed: its
+            # handshakes would cut its backups' logs to its own. It waits for the controller's record.
+            self.primary_id, self._withheld = None, True
         if self.primary_id == self.node_id:
             # A partial request at the end of the log was never acknowledged: drop it before leading.
             self.stats["partial_requests_cut"] += bool(self.producers.cut_partial_tail(self.store))
@@ -236,6 +272,14 @@ class HaNode:
             return
         p, b = self.primary, self.backup
         t = type(m)
+        if t is HaHandshake and self._withheld and m.sender != self.node_id:
+            self._empty_logs[m.sender] = m.end_index < 0 and m.begin_index <= 0  # type: ignore[union-attr]
+            if all(self._empty_logs.get(o) for o in self.members if o != self.node_id):
+                # Every other member follows us and holds nothing: no entry was ever acknowledged (a new
+                # group whose record moved on before we saw it new). Lead after all.
+                self.stats["ha_withheld_primary_cleared"] += 1
+                out.changes.extend(self.recovered(now).changes)
+            return
         if p is not None:
             if m.sender == self.node_id:
                 return

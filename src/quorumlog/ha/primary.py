@@ -40,7 +40,8 @@ class BackupView:
     """What the primary knows of one backup."""
 
     __slots__ = ("id", "streaming", "expect_offset", "expect_start", "expect_index", "next_index", "next_offset",
-                 "acked_index", "acked_offset", "inflight", "heard_ms", "sent_ms", "sent_commit", "behind_since")
+                 "acked_index", "acked_offset", "inflight", "heard_ms", "sent_ms", "sent_commit", "behind_since",
+                 "lost")
 
     def __init__(self, backup_id: str) -> None:
         self.id = backup_id
@@ -59,6 +60,7 @@ class BackupView:
         self.sent_ms = -1 << 62
         self.sent_commit = -1
         self.behind_since: int | None = None  # since when it is more than max_in_sync_lag bytes behind
+        self.lost = False  # it lost entries it had acknowledged (a replaced disk), until it holds the commit
 
 
 class Primary:
@@ -100,7 +102,7 @@ class Primary:
 
     def wanted_isr(self) -> set[str] | None:
         """The set to record at the controller, when it differs from the recorded one."""
-        want = (self.isr | self.isr_joining) - self.isr_leaving
+        want = {m for m in (self.isr | self.isr_joining) - self.isr_leaving if not self.backups[m].lost}
         return want if want != self.isr else None
 
     def isr_recorded(self, isr: set[str]) -> None:
@@ -160,6 +162,8 @@ class Primary:
         wp = self.store.write_pos
         committed = self.store.committed_index
         for b in self.backups.values():
+            if b.lost and b.streaming and b.acked_index >= committed:
+                b.lost = False
             # Lagging counts only when it lasts: a burst of writes puts every backup behind for a moment
             # (Kafka dropped its count-based lag rule for flapping under bursts).
             if not b.streaming or wp - b.acked_offset <= lag_limit:
@@ -178,6 +182,8 @@ class Primary:
                     self.isr_leaving.add(bid)
                     self.stats["isr_shrinks"] += 1
         for bid, b in self.backups.items():
+            if b.lost:
+                continue
             if bid not in self.isr and bid not in self.isr_joining and b.streaming \
                     and now - b.heard_ms <= timeout and b.acked_index >= max(committed, self.start_index):
                 self.isr_joining.add(bid)
@@ -246,6 +252,14 @@ class Primary:
             return
         b.streaming = False  # (not heard_ms: only acks keep a backup in the in-sync set)
         b.inflight.clear()
+        if m.end_index < b.acked_index:
+            # It lost entries it acknowledged (a replaced disk): the record must not count on it, so it
+            # leaves the in-sync set at once and joins again only holding the commit. Commits still wait for
+            # it until the record drops it (a change adding it may be in flight, as for any joining one).
+            self.stats["ha_backup_lost_acked"] += 1
+            b.lost = True
+            if b.id in self.isr:
+                self.isr_leaving.add(b.id)
         store = self.store
         try:
             theirs = unpack_epochs(m.epochs)

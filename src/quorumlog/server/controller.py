@@ -54,6 +54,8 @@ class Assignment:
     primary: str
     isr: frozenset[str]
     version: int = 0  # commands applied to this group's record
+    previous: str = ""  # the primary of the epoch before (the one the last election replaced)
+    isr_seen: bool = True  # some backup was recorded in sync in this epoch (so an ack may have needed it)
 
 
 def encode_command(kind: str, group: str, prev_epoch: int, epoch: int, primary: str, isr: set[str]) -> bytes:
@@ -84,7 +86,12 @@ class ControllerState:
         changed = kind == ISR and cur.version == prev and cur.epoch == epoch and cur.primary == primary
         if not (blind or elected or changed):
             return None
-        self.groups[group] = Assignment(epoch, primary, frozenset(isr) - {primary}, cur.version + 1)
+        rest = frozenset(isr) - {primary}
+        if elected:
+            self.groups[group] = Assignment(epoch, primary, rest, cur.version + 1, cur.primary, bool(rest))
+        else:
+            self.groups[group] = Assignment(epoch, primary, rest, cur.version + 1, cur.previous,
+                                            cur.isr_seen or bool(rest))
         self.untouched.discard(group)
         return group
 
@@ -159,6 +166,10 @@ class Controller:
 
     def _follow_record(self, g: Group, node: HaNode, a: Assignment, now: int) -> None:
         me = self.node.node_id
+        if node.recovering and not self._vouched(g, node, a, now):
+            if a.epoch > node.epoch and a.primary != me:
+                g.apply(node.follow(a.epoch, a.primary, now))
+            return
         if a.epoch > node.epoch:
             if a.primary == me:
                 g.apply(node.promote(a.epoch, now, set(a.isr)))
@@ -186,6 +197,44 @@ class Controller:
         elif not node.confirmed and a.epoch == node.epoch and a.primary == me:
             # Primary by its own store (a restart): be elected again, in a new epoch, or learn otherwise.
             self._propose(g.name, ELECT, encode_command(ELECT, g.name, a.epoch, a.epoch + 1, me, set(a.isr)), now)
+
+    def _vouched(self, g: Group, node: HaNode, a: Assignment, now: int) -> bool:
+        """A node that started on a pristine store (new, or a replaced disk) and the record: True once the
+        group proves new, or the node follows the record's primary and holds what that primary had committed
+        when it began streaming to it (HaNode.caught_up). Until then it asks to be left out (another member
+        elected in its place, or itself taken out of the in-sync set): a record from before a wipe counts
+        on entries this store no longer holds."""
+        cg = self.node.groups.get(self.managed[g.name])
+        if cg is None or cg.node.joining or cg.node.recovering:
+            return False  # the record is not whole here yet (the controller's store may be new too)
+        me = self.node.node_id
+        state = self.states[self.managed[g.name]]
+        if g.name in state.untouched or (a.primary != me and node.caught_up(a.epoch, a.primary)):
+            g.apply(node.recovered(now))
+            return True
+        others = set(a.isr) - {me}
+        if a.primary == me and others:
+            if self._propose(g.name, ELECT, encode_command(ELECT, g.name, a.epoch, a.epoch + 1, min(others),
+                                                           others), now):
+                log.warning("group %s: %s started on an empty store but is the recorded primary: electing "
+                            "%s (epoch %d)", g.name, me, min(others), a.epoch + 1)
+        elif a.primary == me and a.previous not in ("", me) and not a.isr_seen:
+            # Nobody was ever in sync in this epoch: an append acknowledged in it was held by this store alone
+            # (ASYNC, or min_in_sync = 0), gone whatever is chosen. The previous primary holds every other.
+            if self._propose(g.name, ELECT, encode_command(ELECT, g.name, a.epoch, a.epoch + 1, a.previous, set()),
+                             now):
+                log.warning("group %s: %s started on an empty store but is the recorded primary, and nobody was "
+                            "in sync in epoch %d: electing the previous primary %s (epoch %d)", g.name, me, a.epoch,
+                            a.previous, a.epoch + 1)
+        elif a.primary == me:
+            if self._busy.get((g.name, "lost"), 0) <= now:  # (paces the message: every 10 s)
+                self._busy[(g.name, "lost")] = now + 10_000
+                log.error("group %s: %s started on an empty store but is the recorded primary, with no other "
+                          "in-sync member: acknowledged entries may be lost; promote the backup with the "
+                          "longest log with --force", g.name, me)
+        elif me in a.isr:
+            self._propose(g.name, ISR, encode_command(ISR, g.name, a.version, a.epoch, a.primary, others), now)
+        return False
 
     # -- failover, on the controller group's leader ---------------------------------------------------
     def _watch(self, ctl: str, now: int) -> None:

@@ -42,7 +42,7 @@ from .runner import SeedResult, parse_seeds, run_cluster
 from .timeline import format_trace, window_phase
 
 GROUP, CTL = "pb", "ctl"
-PB_FAULTS = ("drop", "delay", "partition", "crash", "pause", "disk", "full", "expire")
+PB_FAULTS = ("drop", "delay", "partition", "crash", "pause", "disk", "full", "expire", "wipe")
 EXTRA_FAULTS = ("reorder", "dup")  # beyond what TCP does: the protocol must stay safe, if slower
 POLL_MS = 50  # members poll the controller this often
 
@@ -80,6 +80,9 @@ class Ctl:
     record: bool = False
     elect: bool = False
     hand_off: str = ""  # elect this in-sync backup: my disk is full
+    lost: bool = False  # my store started pristine: leave me out of the record (controller.py, _vouched)
+    previous: str = ""  # the register: the primary of the epoch before
+    isr_seen: bool = True  # the register: someone was in sync in this epoch
 
 
 @dataclass(slots=True)
@@ -120,6 +123,8 @@ class PbChecker(Checker):
         if idx < 0 or idx >= len(self.ref):
             return
         for i in sorted({c.reg.primary, *c.reg.isr} if c.cfg.controller else {c.ids[0]}):
+            if i in self.damaged:
+                continue  # a replaced disk, until the controller leaves it out (on_leader checks it never leads)
             s = c.members[i].store
             at = max(idx, min(s.begin_index - 1, len(self.ref) - 1))  # expired entries: its first vouches
             if chain_at(s, at) != self.ref_chain[at] or s.durable_index < at:
@@ -134,6 +139,7 @@ class PbCluster:
         # The faults added later draw from streams of their own: the other faults' runs stay as they were.
         self.full_rng = random.Random(seed + (1 << 32))
         self.expire_rng = random.Random(seed + (2 << 32))
+        self.wipe_rng = random.Random(seed + (3 << 32))
         self.commit_history: deque[tuple[int, int]] = deque([(0, -1)])  # (time, committed index seen)
         self.ids = [f"n{i}" for i in range(cfg.nodes)]
         self.ha = replace(cfg.ha, primary=self.ids[0], controller=CTL if cfg.controller else None)
@@ -201,14 +207,24 @@ class PbCluster:
     def _ctl_receive(self, p: Ctl) -> None:
         self.heard[p.sender] = self.time
         r = self.reg
-        if (p.epoch, p.sender) == (r.epoch, r.primary):
+        if p.lost:  # as controller.py's conditional commands: another in-sync primary, or out of the set
+            if r.primary == p.sender and r.isr:
+                self.stats["ctl_lost_store_elections"] += 1
+                self._elect(min(r.isr), r.isr)
+            elif r.primary == p.sender and r.previous not in ("", p.sender) and not r.isr_seen:
+                self.stats["ctl_lost_store_back_to_previous"] += 1
+                self._elect(r.previous, frozenset())
+            elif p.sender in r.isr:
+                self.reg = replace(r, version=r.version + 1, isr=r.isr - {p.sender})
+                self._trace(CTL, f"RECORD v{r.version + 1} in-sync {sorted(self.reg.isr)} ({p.sender} lost its store)")
+        elif (p.epoch, p.sender) == (r.epoch, r.primary):
             if p.elect:
                 self._elect(p.sender, r.isr)
             elif p.hand_off in r.isr:
                 self.stats["ctl_hand_offs"] += 1
                 self._elect(p.hand_off, r.isr)
             elif p.record and p.version == r.version:
-                self.reg = replace(r, version=r.version + 1, isr=p.isr)
+                self.reg = replace(r, version=r.version + 1, isr=p.isr, isr_seen=r.isr_seen or bool(p.isr))
                 self.stats["ctl_isr_changes"] += 1
                 self._trace(CTL, f"RECORD v{r.version + 1} in-sync {sorted(p.isr)}")
         self._send(replace(self.reg, target=p.sender))
@@ -223,7 +239,8 @@ class PbCluster:
 
     def _elect(self, new: str, isr: frozenset[str]) -> None:
         r = self.reg
-        self.reg = replace(r, version=r.version + 1, epoch=r.epoch + 1, primary=new, isr=isr - {new})
+        self.reg = replace(r, version=r.version + 1, epoch=r.epoch + 1, primary=new, isr=isr - {new},
+                           previous=r.primary, isr_seen=bool(isr - {new}))
         self.primaries[r.epoch + 1] = new
         self._trace(CTL, f"ELECT {new} in epoch {r.epoch + 1}, in-sync {sorted(self.reg.isr)}")
         for i in self.ids:
@@ -236,6 +253,10 @@ class PbCluster:
         m.seen = s.version
         if m.cas is not None and s.version > m.cas.version:
             m.cas = None  # settled: recorded, or the register moved on without it
+        if node.recovering and not self._vouched(m, node, s):
+            if s.epoch > node.epoch and s.primary != m.id:
+                self._apply(m, node.follow(s.epoch, s.primary, self.time))
+            return
         if s.epoch > node.epoch:
             self._apply(m, node.promote(s.epoch, self.time, set(s.isr)) if s.primary == m.id
                         else node.follow(s.epoch, s.primary, self.time))
@@ -245,7 +266,19 @@ class PbCluster:
             elif not node.confirmed:  # a primary by its own store (a restart): be elected again
                 self._send(Ctl(m.id, CTL, m.seen, node.epoch, elect=True))
 
+    def _vouched(self, m: Member, node: HaNode, s: Ctl) -> bool:
+        """controller.py's `_vouched`: a member that started on a pristine store takes no primary role from
+        the register until the group proves new or the register leaves it out."""
+        if s.version == 1 or (s.primary != m.id and node.caught_up(s.epoch, s.primary)):
+            self._apply(m, node.recovered(self.time))
+            self.checker.on_recovered(m.id)
+            return True
+        return False  # (it asks to be left out as it polls)
+
     def _poll(self, m: Member, node: HaNode) -> None:
+        if node.recovering and self.reg.version > 1:  # (the register's version 1: the group is new)
+            self._send(Ctl(m.id, CTL, m.seen, node.epoch, lost=True))
+            return
         if m.cas is None and node.primary is not None and node.confirmed:
             if node.primary.hand_off_to is not None:
                 self._send(Ctl(m.id, CTL, m.seen, node.epoch, hand_off=node.primary.hand_off_to))
@@ -304,8 +337,9 @@ class PbCluster:
         if m.node is None or not m.node.is_leader:  # (the checker checks the entries against the committed log)
             raise InvariantViolation(f"{m.id} acknowledged {c.first_index}..{c.last_index}, not a confirmed primary")
         chain = chain_at(m.store, c.last_index)  # durable then on min_in_sync backups (crashed ones too)
-        held = sum(1 for b in self.members.values() if b is not m and b.store.durable_index >= c.last_index
-                   and chain_at(b.store, c.last_index) == chain)
+        held = sum(1 for b in self.members.values() if b is not m and (b.id in self.checker.damaged or (
+            b.store.durable_index >= c.last_index and chain_at(b.store, c.last_index) == chain)))  # (a wipe
+        # after its ack was sent is a lost disk, not a false ack: a wiped store reports only what it holds)
         if self.ha.ack == "sync" and held < self.ha.min_in_sync:
             raise InvariantViolation(f"{m.id} acknowledged {c.first_index}..{c.last_index}, held by {held} "
                                      f"backups (min_in_sync {self.ha.min_in_sync})")
@@ -430,6 +464,22 @@ class PbCluster:
             m.paused_until = t + rng.randint(20, 800)
             self.stats["pauses"] += 1
             self._trace(m.id, f"PAUSE until {m.paused_until}")
+        wr = self.wipe_rng
+        if ("wipe" in f and self.cfg.controller and len(running) == len(self.ids) and wr.random() < 0.002
+                and not self.checker.damaged and not any(m.store.recovering for m in running)
+                and not self.net.blocked and all(t - self.heard[i] <= 2 * POLL_MS for i in self.ids)):
+            # One disk replaced at a time, while every other member runs, is heard and holds what it acked.
+            # (A failover that picks the wiped member before it asked to be left out leaves the group to
+            # the operator: controller.py logs it. That takes a second fault at once, left out here.)
+            m = wr.choice(running)
+            if not {self.reg.primary, *self.reg.isr} - {m.id} or any(o.cas is not None for o in running):
+                return  # the only recorded copy (or soon: a change in flight), beyond one lost disk
+            self.crash(m, t + wr.randint(20, 600))
+            m.store = FillableStore(PB_STORE)
+            self.checker.on_wipe(m.id)
+            self.stats["wipes"] += 1
+            self.stats["wipes_of_the_primary"] += m.id == self.reg.primary
+            self._trace(m.id, "WIPE: it restarts with an empty store")
         fr = self.full_rng
         if "full" in f and running and fr.random() < 0.004 and not (m := fr.choice(running)).store.full:
             m.store.full, m.full_until = True, t + fr.randint(50, 1500)
