@@ -6,8 +6,8 @@ Unlike the leader-only nemesis of the exactly-once and controller tests, a fault
 role, at any time, and faults overlap (two nodes down: no quorum for a while):
 - kill: SIGKILL, restarted a moment later;
 - pause: SIGSTOP, then SIGCONT (a paused leader comes back believing it leads);
-- wipe (Raft only): SIGKILL, the group's store deleted, restarted empty: a replaced disk, only while every
-  other node runs and holds its log (one lost disk at a time, the fault model of a majority);
+- wipe: SIGKILL, every store of the node deleted, restarted empty: a replaced disk, only while every
+  other node runs and holds the whole committed log (one lost disk at a time);
 - transfer (Raft only): leadership handed to a random node.
 
 Used by tests/server/test_server_chaos.py for a short run; for a long hunt:
@@ -66,7 +66,7 @@ class Nemesis:
 
     async def _one(self) -> None:
         n = len(self.cluster.nodes)
-        kinds = ["kill", "pause"] + (["wipe", "transfer"] if self.raft else [])
+        kinds = ["kill", "pause", "wipe"] + (["transfer"] if self.raft else [])
         kind = self.rng.choice(kinds)
         i = self.rng.randrange(n)
         if kind == "transfer":
@@ -74,7 +74,7 @@ class Nemesis:
             try:
                 await asyncio.wait_for(self.admin.transfer_leader(target), 5)
                 self.done.append(f"transfer to {target}")
-            except (TimeoutError, QuorumLogError) as e:
+            except (TimeoutError, QuorumLogError, OSError) as e:
                 self.done.append(f"transfer to {target} refused: {type(e).__name__}")
             return
         if i in self.down or len(self.down) >= n - 1:  # never every node at once: something must lead
@@ -93,9 +93,10 @@ class Nemesis:
                     node.proc.send_signal(signal.SIGCONT)
             else:
                 self.cluster.kill(i, signal.SIGKILL)
-                if kind == "wipe":
-                    for g in self.cluster.group_names:
-                        shutil.rmtree(node.data_dir / g, ignore_errors=True)
+                if kind == "wipe":  # every group's store (the controller's too): a new disk
+                    for d in node.data_dir.iterdir():
+                        if d.is_dir():
+                            shutil.rmtree(d, ignore_errors=True)
                     self.wiped.add(i)
                 await asyncio.sleep(self.rng.uniform(0.2, 2.0))
                 self.cluster.start(i)
