@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shutil
 from typing import Any
+
+import pytest
 
 from quorumlog.client import AsyncClient
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections import Counter, deque
 
 from ..config import HaConfig
-from ..errors import CorruptEntryError, DiskFullError
+from ..errors import CorruptEntryError, DiskFullError, StoreError
 from ..raft.producers import ProducerTable
 from ..raft.ready import Ready
-from ..store.base import LogStore
+from ..store.base import LogStore, check_reset
 from .epochs import epoch_list
 from .messages import FRAME_HEADER, HaHandshake, HaReport, HaTransfer, HaTruncate, pack_epochs
 
@@ -47,7 +47,9 @@ class Backup:
         self.frames: deque[tuple[int, int]] = deque()  # (last index, end offset) written, not yet acked
         self.last_error = ""  # why the latest frame was refused (status: last_frame_error)
         self.quiet_until = now  # after a frame our full disk refused: no handshake before then
-        self.commit_seen = -2  # the primary's commit in its first frame since streaming began (-2: none yet)
+        # What the primary had acknowledged (its commit, and its epoch's start) by its first frame since
+        # streaming began (-2: none yet): holding it, this backup holds every acknowledged entry (node.py).
+        self.commit_seen = -2
         # The log up to here is known to be the primary's (agreed or streamed; entries of its epoch are its
         # own, streamed once durable): a truncate cutting below it answers an earlier handshake.
         self.held = store.end_index if store.end_term == epoch else store.begin_index - 1
@@ -87,6 +89,13 @@ class Backup:
             self.stats["ha_stale_truncates"] += 1  # a late answer (a retry, a duplicate): wait for the latest
             return
         if reset:
+            try:  # before anything is cut: a primary names its own begin, which always starts a log
+                check_reset(m.begin_index, m.begin_pos, m.begin_chain, m.begin_term, -1,
+                            store.config.data_segment_bytes)
+            except StoreError as e:
+                self.last_error = str(e)
+                self.stats["ha_bad_truncates"] += 1
+                return
             if store.end_index >= store.begin_index or store.begin_index != m.begin_index:
                 store.discard_after(store.begin_index - 1)
                 store.reset(m.begin_index, m.begin_pos, m.begin_chain, m.begin_term)
@@ -147,7 +156,7 @@ class Backup:
             self.frames.append((store.end_index, store.write_pos))
             out.must_flush = True
         if self.commit_seen == -2:
-            self.commit_seen = m.committed
+            self.commit_seen = max(m.committed, m.start)
         committed = min(m.committed, store.end_index)
         if committed > store.committed_index:
             store.set_committed(committed)

@@ -9,7 +9,8 @@ the HA ops (server/codec.py), beside the Raft messages:
 - `HaReport` (backup -> primary): the backup's max offset (8 bytes), written and durable: its ack.
 - `HaTransfer` (primary -> backup): a 12-byte header (offset i64, size i32) and `size` bytes of raw
   log, entries as they are on the primary's disk; size 0 is a heartbeat. `committed` is the index
-  readers may see.
+  readers may see; `start` the primary's log end when its epoch began (its commit may lag it for a while,
+  while every entry acknowledged in an earlier epoch lies at or below it).
 - `HaTruncate` (primary -> backup): keep the log up to `keep_index`, then report; when the backup's
   entries expired on the primary, restart the log at the primary's begin (the begin_* fields).
 """
@@ -53,6 +54,7 @@ class HaTransfer:
     term: int
     primary: str | None
     committed: int
+    start: int  # the primary's log end when its epoch began: every earlier acknowledged entry is at or below it
     frame: bytes  # FRAME_HEADER + raw log bytes
 
 

@@ -87,8 +87,10 @@ class HaNode:
         return self.store.recovering
 
     def caught_up(self, epoch: int, primary: str) -> bool:
-        """A backup of `primary` in `epoch` holding, durable, what that primary had committed when it began
-        streaming to us: every entry acknowledged before then (later ones needed our ack, or we were out)."""
+        """A backup of `primary` in `epoch` holding, durable, what that primary had acknowledged when it began
+        streaming to us (its commit, and the log it started its epoch with, which holds every entry
+        acknowledged before it: a new primary's commit lags that for a while); later ones needed our ack,
+        or we were out of the in-sync set."""
         b = self.backup
         return (b is not None and self.epoch == epoch and self.primary_id == primary and b.commit_seen > -2
                 and self.store.durable_index >= b.commit_seen)

@@ -143,7 +143,7 @@ class Primary:
         wp = self.store.write_pos
         committed = self.store.committed_index
         for b in self.backups.values():
-            if b.lost and b.streaming and b.acked_index >= committed:
+            if b.lost and b.streaming and b.acked_index >= max(committed, self.start_index):
                 b.lost = False
             # Lagging counts only when it lasts: a burst of writes puts every backup behind for a moment
             # (Kafka dropped its count-based lag rule for flapping under bursts).
@@ -222,7 +222,7 @@ class Primary:
         offset = b.next_offset if b.streaming else -1
         committed = self.store.committed_index
         out.messages.append(HaTransfer(self.group, self.node_id, b.id, self.epoch, self.node_id, committed,
-                                       FRAME_HEADER.pack(offset, len(data)) + data))
+                                       self.start_index, FRAME_HEADER.pack(offset, len(data)) + data))
         b.sent_ms = now
         b.sent_commit = committed
 

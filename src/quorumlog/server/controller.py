@@ -192,16 +192,19 @@ class Controller:
 
     def _vouched(self, g: Group, node: HaNode, a: Assignment, now: int) -> bool:
         """A node that started on a pristine store (new, or a replaced disk) and the record: True once the
-        group proves new, or the node follows the record's primary and holds what that primary had committed
-        when it began streaming to it (HaNode.caught_up). Until then it asks to be left out (another member
-        elected in its place, or itself taken out of the in-sync set): a record from before a wipe counts
-        on entries this store no longer holds."""
+        group proves new, or the node follows the record's primary and holds what that primary had
+        acknowledged when it began streaming to it (HaNode.caught_up). Until then it asks to be left out
+        (another member elected in its place, or itself taken out of the in-sync set): a record from before
+        a wipe counts on entries this store no longer holds."""
         cg = self.node.groups.get(self.managed[g.name])
         if cg is None or cg.node.joining or cg.node.recovering:
             return False  # the record is not whole here yet (the controller's store may be new too)
         me = self.node.node_id
         state = self.states[self.managed[g.name]]
-        if g.name in state.untouched or (a.primary != me and node.caught_up(a.epoch, a.primary)):
+        # The controller's own store started pristine too and found every member's empty (raft/joining.py):
+        # no election was ever recorded, so no append was ever acknowledged: the whole cluster is new.
+        new = bool(cg.node.stats["bootstrapped_group"]) or g.name in state.untouched
+        if new or (a.primary != me and node.caught_up(a.epoch, a.primary)):
             g.apply(node.recovered(now))
             return True
         others = set(a.isr) - {me}

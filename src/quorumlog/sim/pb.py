@@ -169,6 +169,9 @@ class PbCluster:
         m.incarnation += 1
         m.down_until = m.cas = None
         m.seen, m.loaded_epoch = 0, node.epoch
+        if node.recovering and self.reg.version == 1:  # controller.py: its store bootstrapped a new cluster
+            self._apply(m, node.recovered(self.time))
+            self.checker.on_recovered(i)
 
     def crash(self, m: Member, until: int) -> None:
         m.node = m.driver = m.flush_at = m.paused_until = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NoReturn, Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from ..entry import (
     BLANK_SIZE,
@@ -23,6 +23,9 @@ from ..entry import (
     check_entry,
 )
 from ..errors import CorruptEntryError, InvalidArgumentError, StoreError
+
+if TYPE_CHECKING:
+    from ..config import StoreConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,8 @@ class LogStore(Protocol):
     begin_term (0 for a fresh one). Every method that changes the log raises DiskError once a write or
     sync has failed: the store is then failed-stop and must be reopened (recovery decides what survived).
     """
+
+    config: StoreConfig  # the settings it was opened with
 
     @property
     def begin_index(self) -> int:
