@@ -14,7 +14,7 @@ def _state() -> ControllerState:
 def test_an_election_applies_only_to_the_epoch_it_replaces() -> None:
     s = _state()
     assert s.apply(encode_command(ELECT, "g0", 1, 2, "n1", {"n1", "n2"})) == "g0"
-    assert s.groups["g0"] == Assignment(2, "n1", frozenset({"n2"}), 1)
+    assert s.groups["g0"] == Assignment(2, "n1", frozenset({"n2"}), 1, previous="n0", isr_seen=True)
     # A second election made from the same view (a race, a retry) finds epoch 2 taken: no-op.
     assert s.apply(encode_command(ELECT, "g0", 1, 2, "n2", {"n1", "n2"})) is None
     assert s.apply(encode_command(ELECT, "g0", 2, 4, "n2", set())) is None  # epochs go one at a time

@@ -143,7 +143,7 @@ def test_a_primary_whose_disk_is_replaced_never_leads_empty_and_an_in_sync_backu
 
             async def n0_caught_up() -> bool:
                 s = (await statuses(c, cluster)).get("n0", {})
-                return not s.get("recovering", True) and s.get("end_index") == max(acked)
+                return not s.get("recovering", True) and s.get("committed_index") == max(acked)
 
             await await_until(n0_caught_up, 30, "n0 caught up and cleared")
             for node in cluster.nodes:
