@@ -60,7 +60,7 @@ class BackupView:
         self.sent_ms = -1 << 62
         self.sent_commit = -1
         self.behind_since: int | None = None  # since when it is more than max_in_sync_lag bytes behind
-        self.lost = False  # it lost entries it had acknowledged (a replaced disk), until it holds the commit
+        self.lost = False  # it lost entries it had acknowledged (a replaced disk), until it holds them again
 
 
 class Primary:
@@ -235,8 +235,9 @@ class Primary:
         b.inflight.clear()
         if m.end_index < b.acked_index:
             # It lost entries it acknowledged (a replaced disk): the record must not count on it, so it
-            # leaves the in-sync set at once and joins again only holding the commit. Commits still wait for
-            # it until the record drops it (a change adding it may be in flight, as for any joining one).
+            # leaves the in-sync set at once and joins again only holding the commit and the log this epoch
+            # started with (start_index), as any joiner. Commits still wait for it until the record drops
+            # it (a change adding it may be in flight, as for any joining one).
             self.stats["ha_backup_lost_acked"] += 1
             b.lost = True
             if b.id in self.isr:

@@ -86,11 +86,8 @@ class ControllerState:
         if not (blind or elected or changed):
             return None
         rest = frozenset(isr) - {primary}
-        if elected:
-            self.groups[group] = Assignment(epoch, primary, rest, cur.version + 1, cur.primary, bool(rest))
-        else:
-            self.groups[group] = Assignment(epoch, primary, rest, cur.version + 1, cur.previous,
-                                            cur.isr_seen or bool(rest))
+        previous, seen = (cur.primary, bool(rest)) if elected else (cur.previous, cur.isr_seen or bool(rest))
+        self.groups[group] = Assignment(epoch, primary, rest, cur.version + 1, previous, seen)
         self.untouched.discard(group)
         return group
 

@@ -468,14 +468,14 @@ class PbCluster:
             # (A failover that picks the wiped member before it asked to be left out leaves the group to
             # the operator: controller.py logs it. That takes a second fault at once, left out here.)
             m = wr.choice(running)
-            if not {self.reg.primary, *self.reg.isr} - {m.id} or any(o.cas is not None for o in running):
-                return  # the only recorded copy (or soon: a change in flight), beyond one lost disk
-            self.crash(m, t + wr.randint(20, 600))
-            m.store = FillableStore(PB_STORE)
-            self.checker.on_wipe(m.id)
-            self.stats["wipes"] += 1
-            self.stats["wipes_of_the_primary"] += m.id == self.reg.primary
-            self._trace(m.id, "WIPE: it restarts with an empty store")
+            # Not the only recorded copy (nor soon: a change in flight): beyond one lost disk.
+            if {self.reg.primary, *self.reg.isr} - {m.id} and all(o.cas is None for o in running):
+                self.crash(m, t + wr.randint(20, 600))
+                m.store = FillableStore(PB_STORE)
+                self.checker.on_wipe(m.id)
+                self.stats["wipes"] += 1
+                self.stats["wipes_of_the_primary"] += m.id == self.reg.primary
+                self._trace(m.id, "WIPE: it restarts with an empty store")
         fr = self.full_rng
         if "full" in f and running and fr.random() < 0.004 and not (m := fr.choice(running)).store.full:
             m.store.full, m.full_until = True, t + fr.randint(50, 1500)
