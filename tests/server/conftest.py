@@ -21,6 +21,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from quorumlog.client import AsyncClient
+from quorumlog.errors import RequestError
 from quorumlog.server.cluster import LocalCluster, LocalNode
 
 T = TypeVar("T")
@@ -112,6 +113,20 @@ async def wait_leader(client: AsyncClient, cluster: LocalCluster, timeout: float
         return leaders[0] if len(leaders) == 1 else None
 
     return await await_until(probe, timeout, "a single leader")
+
+
+async def make_leader(client: AsyncClient, cluster: LocalCluster, node_id: str, timeout: float = 30.0) -> None:
+    """Have `node_id` lead the client's group. A transfer is best effort (it fails when the target's election is
+    lost or the transfer times out on a loaded machine), so this asks again until the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while await wait_leader(client, cluster, timeout, client.group) != node_id:
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {node_id} to lead")
+        try:
+            await client.transfer_leader(node_id)
+        except RequestError:  # TAKE_LEADERSHIP_FAILED, LEADER_TRANSFERRING, NOT_LEADER mid-election
+            await asyncio.sleep(0.1)
 
 
 def node_index(cluster: LocalCluster, node_id: str) -> int:

@@ -21,6 +21,7 @@ from .conftest import (
     await_until,
     committed_entries,
     disk_full_past,
+    make_leader,
     node_index,
     statuses,
     wait_leader,
@@ -185,7 +186,7 @@ def test_followers_with_full_disks_get_appends_refused_at_once_and_the_nodes_sta
 
     async def main() -> None:
         async with AsyncClient(cluster.endpoints, retry_timeout=20) as c:
-            await _make_leader(c, cluster, "n0")
+            await make_leader(c, cluster, "n0")
             refusals = 0
             for i in range(5):
                 t0 = time.monotonic()
@@ -228,7 +229,7 @@ def test_a_leader_whose_disk_fills_hands_leadership_to_a_follower_and_writes_go_
 
     async def main() -> None:
         async with AsyncClient(cluster.endpoints, retry_timeout=20) as c:
-            await _make_leader(c, cluster, "n0")
+            await make_leader(c, cluster, "n0")
             acked = await _append_all(c, "before", 20)
             fd = os.open(filler, os.O_CREAT | os.O_WRONLY, 0o600)
             try:
@@ -251,12 +252,6 @@ def test_a_leader_whose_disk_fills_hands_leadership_to_a_follower_and_writes_go_
         asyncio.run(main())
     finally:
         filler.unlink(missing_ok=True)
-
-
-async def _make_leader(c: AsyncClient, cluster: LocalCluster, node_id: str) -> None:
-    if await wait_leader(c, cluster) != node_id:
-        await c.transfer_leader(node_id)
-        await await_until(lambda: _is_leader(c, cluster, node_id), 20, f"{node_id} to lead")
 
 
 async def _is_leader(c: AsyncClient, cluster: LocalCluster, node_id: str) -> bool:

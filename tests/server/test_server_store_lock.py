@@ -15,7 +15,7 @@ from quorumlog.client import AsyncClient
 from quorumlog.server.cluster import LocalCluster
 from quorumlog.store.file_store import store_dir
 
-from .conftest import await_until, wait_leader, wait_until
+from .conftest import make_leader, wait_until
 
 
 def _files(root: Path) -> dict[str, tuple[int, str]]:
@@ -39,13 +39,7 @@ def test_a_second_serve_on_a_live_data_dir_is_refused_and_changes_nothing(cluste
 
     async def make_n0_lead_and_append(tag: str) -> int:
         async with AsyncClient(cluster.endpoints) as client:
-            if await wait_leader(client, cluster) != "n0":
-                await client.transfer_leader("n0")
-
-            async def n0_leads() -> bool:
-                return await wait_leader(client, cluster) == "n0"
-
-            await await_until(n0_leads, 30, "n0 to lead")
+            await make_leader(client, cluster, "n0")
         async with AsyncClient(n0.address) as only_n0:
             last = -1
             for i in range(20):
