@@ -633,3 +633,42 @@ def test_promotion_epochs_are_above_everything_seen_and_never_shared_by_two_targ
     a = {promotion_epoch(s, members, "n1") for s in range(50)}
     b = {promotion_epoch(s, members, "n2") for s in range(50)}
     assert not a & b
+
+
+def test_primary_named_by_a_peer_commits_nothing_before_the_controller_confirms_it() -> None:
+    """Seed 130524 with --faults all (a controller's hand-off of the time): a member learned its election
+    from a backup's handshake before the controller's record reached it, and committed with the in-sync
+    set of its previous epoch. The record's in-sync member lacked what it committed; the controller then
+    elected that member, and committed entries were gone. A primary now commits only once confirmed,
+    with the recorded set."""
+    p = Pump(controller="ctl")
+    a, b, c = (p.nodes[i] for i in IDS)
+    a.confirm({"b", "c"})
+    p.run(100)
+    assert p.code(p.append("a", [b"x"])) == OK
+    p.cut.add("a")  # a is unheard: the controller elects b in epoch 2 with c in sync
+    p.apply("b", b.promote(2, p.now, {"c"}))
+    p.apply("c", c.follow(2, "b", p.now))
+    p.run(100)
+    assert p.code(p.append("b", [b"y"])) == OK
+    p.cut.clear()  # b is unheard: c is elected in epoch 3 and a, back, joins its in-sync set with b
+    p.apply("c", c.promote(3, p.now, {"b"}))
+    p.apply("a", a.follow(3, "c", p.now))
+    p.apply("b", b.follow(3, "c", p.now))
+    p.run(200)
+    c.confirm({"a", "b"})
+    assert p.code(p.append("c", [b"z"])) == OK
+    committed = p.stores["c"].committed_index
+    # c writes w; it reaches b, not a, so it does not commit
+    p.drop = lambda m: (m.sender, m.target) in {("c", "a"), ("a", "c")}
+    rid = p.append("c", [b"w"])
+    assert p.code(rid) is None and p.bodies("b") == [b"x", b"y", b"z", b"w"] and p.bodies("a") == [b"x", b"y", b"z"]
+    # c is unheard by the controller, which elects b in epoch 4 with a in sync. c hears of it first and
+    # follows b; b learns its election from c's handshake, the record has not reached it yet.
+    p.apply("c", c.follow(4, "b", p.now))
+    p.run(100)
+    assert b.epoch == 4 and b.primary is not None and not b.is_leader
+    assert p.stores["b"].committed_index == committed, "committed before the record named its in-sync set"
+    b.confirm({"a"})  # the record arrives: w commits once a holds it too
+    p.run(100)
+    assert b.is_leader and p.bodies("a")[-1] == b"w" and p.stores["b"].committed_index == committed + 1

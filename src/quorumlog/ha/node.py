@@ -9,8 +9,9 @@ Epochs. (epoch, primary) is persisted in the store's vote file before the node a
 meeting a higher epoch in any HA message follows that epoch's primary at once (an old primary is fenced:
 it never accepts another write, and its handshake cuts the tail the new primary does not hold). Who
 starts an epoch: `promote` (an operator, or the controller, which records it in a Raft group first).
-A primary that restarts takes no write until it is confirmed: by a backup that follows its epoch
-(without a controller) or by the controller's record.
+A primary that restarts, or learns of its election from a peer, takes no write and commits nothing until
+it is confirmed: by a backup that follows its epoch (without a controller) or by the controller's record,
+whose in-sync set it then commits with.
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ class HaNode:
                 # primary role from the record. Persisted: a restart midway must not forget it.
                 store.set_recovering(True)
         self.primary_id: str | None = primary
-        self.confirmed = False  # a primary takes writes once confirmed (see the module docstring)
         self.isr: set[str] = {m for m in self.members if m != node_id}
         self.primary: Primary | None = None
         self.backup: Backup | None = None
@@ -76,8 +76,13 @@ class HaNode:
         return self.primary_id
 
     @property
+    def confirmed(self) -> bool:
+        """A primary takes writes, and commits, once confirmed (see the module docstring)."""
+        return self.primary is not None and self.primary.confirmed
+
+    @property
     def is_leader(self) -> bool:
-        return self.primary is not None and self.confirmed
+        return self.confirmed
 
     joining = False
 
@@ -219,7 +224,8 @@ class HaNode:
         # everything this node starts with: none is waited for that may be dead (the old primary).
         self.isr = set(isr) if isr is not None else set()
         self._enter(epoch, self.node_id, now_ms, out)
-        self.confirmed = True
+        assert self.primary is not None
+        self.primary.confirmed = True
         return out
 
     def follow(self, epoch: int, primary: str | None, now_ms: int) -> Ready:
@@ -232,7 +238,7 @@ class HaNode:
     def confirm(self, isr: set[str] | None = None) -> None:
         """The controller's record names this node primary of its epoch (with that in-sync set)."""
         if self.primary is not None:
-            self.confirmed = True
+            self.primary.confirmed = True
             if isr is not None:
                 self.primary.isr_recorded(isr)
 
@@ -241,7 +247,6 @@ class HaNode:
             self.primary.close(primary, out)
         self.store.save_vote(epoch, primary)
         self.epoch, self.primary_id = epoch, primary
-        self.confirmed = False
         self._start(now, out)
         self.stats["epoch_changes"] += 1
 
@@ -256,8 +261,7 @@ class HaNode:
             self.stats["partial_requests_cut"] += bool(self.producers.cut_partial_tail(self.store))
             self.primary = Primary(self.node_id, self.group, self.members, self.store, self.cfg, self.config,
                                    self.epoch, self.producers, self.stats, self.isr, now)
-            if len(self.members) == 1:
-                self.confirmed = True
+            self.primary.confirmed = len(self.members) == 1
         else:
             self.backup = Backup(self.node_id, self.group, self.store, self.cfg, self.epoch, self.primary_id,
                                  self.producers, self.stats, now)
@@ -288,8 +292,8 @@ class HaNode:
             if t is HaHandshake:
                 p.on_handshake(m, now, out)  # type: ignore[arg-type]
             elif t is HaReport and m.offset >= 0:  # type: ignore[union-attr]
-                if not self.confirmed and self.cfg.controller is None:
-                    self.confirmed = True  # a backup follows this epoch: no newer primary it knows of
+                if not p.confirmed and self.cfg.controller is None:
+                    p.confirmed = True  # a backup follows this epoch: no newer primary it knows of
                 p.on_report(m, now, out)  # type: ignore[arg-type]
             elif t is HaTransfer or t is HaTruncate:
                 self.stats["two_primaries_seen"] += 1  # same epoch, another primary: cannot happen

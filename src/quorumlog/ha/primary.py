@@ -85,6 +85,10 @@ class Primary:
         self.isr_joining: set[str] = set()  # caught up, not recorded yet: counted for commit already
         self.isr_leaving: set[str] = set()  # to drop once recorded: still counted for commit
         self.recorded_by_controller = cfg.controller is not None
+        # Named primary by a promotion, the controller's record, or (without a controller) a backup that
+        # follows this epoch. Until then nothing commits: the in-sync set here may not be the one recorded
+        # for this epoch (we may have learned of our election from a peer, before the record).
+        self.confirmed = False
         self.refusals: list[str] = []  # the latest refused reports, for the operator's log
         # Every acknowledged entry of an earlier epoch is in the log it starts with (its commit index may be
         # behind): a backup joins the in-sync set only holding all of it (Kafka's leader epoch start offset).
@@ -178,6 +182,8 @@ class Primary:
                 self.isr_recorded(want)
 
     def _advance(self, out: Ready) -> None:
+        if not self.confirmed:
+            return
         store = self.store
         commit = store.durable_index
         if self.sync:
