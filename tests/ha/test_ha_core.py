@@ -18,6 +18,7 @@ from quorumlog.raft.appends import AppendRequest
 from quorumlog.raft.driver import Driver
 from quorumlog.raft.messages import Role
 from quorumlog.raft.ready import Completion, Ready
+from quorumlog.sim.nodes import FillableStore
 from quorumlog.store.memory import MemoryStore
 
 GROUP = "g"
@@ -430,6 +431,42 @@ def test_restarted_primary_with_a_controller_waits_for_it() -> None:
     p.run(100)  # the backups learn epoch 2 from its messages
     assert a.is_leader and p.nodes["b"].epoch == p.nodes["c"].epoch == 2
     assert p.code(p.append("a", [b"y"])) == OK and p.bodies("b") == p.bodies("c") == [b"x", b"y"]
+
+
+@pytest.mark.parametrize("controller", [None, "ctl"])
+def test_primary_with_a_full_disk_names_an_in_sync_backup_for_the_controller_to_elect(controller: str | None) -> None:
+    """With a controller, an append the primary's full disk refused is answered LEADER_TRANSFERRING (nothing
+    written; the client retries at the next primary) and `hand_off_to` names an in-sync backup, the furthest
+    along, for the controller to elect (server/controller.py). Without one nobody could elect it: DISK_FULL.
+    Once an append fits again the primary stays."""
+    stores: dict[str, MemoryStore] = {i: FillableStore(STORE) for i in IDS}
+    p = Pump(stores=stores, **({"controller": controller} if controller else {}))
+    a = p.nodes["a"]
+    if controller:
+        a.confirm({"b", "c"})
+    p.run(100)
+    assert p.code(p.append("a", [b"x"])) == OK
+    stores["a"].full = True  # type: ignore[attr-defined]
+    end = stores["a"].end_index
+    c = p.done[p.append("a", [b"z"])]
+    assert stores["a"].end_index == end  # nothing written either way
+    primary = a.primary
+    assert primary is not None
+    if controller is None:
+        assert c.code == int(ResponseCode.DISK_FULL) and primary.hand_off_to is None
+        return
+    assert c.code == int(ResponseCode.LEADER_TRANSFERRING) and "nothing was written" in c.reason
+    first = primary.hand_off_to
+    assert first in ("b", "c")
+    other = "b" if first == "c" else "c"
+    p.cut.add(first)  # it falls silent: only the other, still heard, may take over
+    p.run(1100)
+    p.append("a", [b"z"])
+    assert primary.hand_off_to == other
+    stores["a"].full = False  # type: ignore[attr-defined]
+    p.cut.clear()
+    p.run(100)
+    assert p.code(p.append("a", [b"w"])) is not None and primary.hand_off_to is None
 
 
 def test_promoted_backup_answers_producer_duplicates_from_its_log() -> None:

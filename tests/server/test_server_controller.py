@@ -4,15 +4,17 @@ in-sync set, and promotes an in-sync backup when the primary is gone (RocketMQ 5
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from quorumlog.client import AsyncClient
 
-from .conftest import await_until, committed_entries, node_index, statuses, wait_leader
+from .conftest import await_until, committed_entries, disk_full_past, node_index, statuses, wait_leader
 from .history import Op, check_history, fault_leaders, record_appends
 
 HA = {"ack": "sync", "controller": "ctl", "ha_heartbeat_interval_ms": 200, "ha_ack_timeout_ms": 800,
@@ -108,6 +110,53 @@ def test_the_controller_promotes_only_an_in_sync_backup(cluster_factory: Any) ->
                 [f"b{i}".encode() for i in range(20)] + [f"c{i}".encode() for i in range(5)]
 
     asyncio.run(main())
+
+
+@pytest.mark.slow
+def test_a_primary_whose_disk_fills_has_an_in_sync_backup_elected_and_writes_go_on(
+        cluster_factory: Any, tmp_path: Path) -> None:
+    """n0 is the primary and both backups are in sync; then n0's disk fills (a file allocated past its
+    disk_full_ratio, set just above the file system's use now). The next SYNC append is not refused: n0
+    answers LEADER_TRANSFERRING (nothing written) and asks the controller to elect an in-sync backup; the
+    client's retry lands at the new primary, and every acknowledged append reads back there."""
+    usage = shutil.disk_usage(tmp_path)
+    ratio = (usage.used + (256 << 20)) / usage.total
+    if ratio >= 0.85:
+        pytest.skip("the file system is too full to raise its use by 512 MiB")
+    cluster = cluster_factory(replication="primary-backup", ha=HA, start=False)
+    disk_full_past(cluster.nodes[0], ratio)
+    cluster.start()
+    filler = tmp_path / "filler"
+
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints, retry_timeout=20) as c:
+            async def in_sync() -> bool:
+                s = (await statuses(c, cluster)).get("n0", {})
+                return bool(s.get("confirmed")) and sorted(s.get("in_sync", ())) == ["n1", "n2"]
+
+            await await_until(in_sync, 20, "n0 a confirmed primary with both backups in sync")
+            acked = {(await c.append(f"a{i}".encode())).index: f"a{i}".encode() for i in range(20)}
+            fd = os.open(filler, os.O_CREAT | os.O_WRONLY, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, 512 << 20)
+            finally:
+                os.close(fd)
+            await asyncio.sleep(0.3)  # past n0's next disk probe (0.1 s)
+            r = await c.append(b"after the disk filled")  # retried at the new primary, not refused
+            acked[r.index] = b"after the disk filled"
+            st = await statuses(c, cluster)
+            new = next(n for n, s in st.items() if s["role"] == "leader" and s["confirmed"])
+            assert new in ("n1", "n2") and r.index > max(acked.keys() - {r.index}), st
+            assert st["n0"]["disk_full"] and st["n0"]["role"] != "leader"
+            acked.update({(await c.append(f"b{i}".encode())).index: f"b{i}".encode() for i in range(20)})
+            bodies = dict(await committed_entries(cluster.nodes[node_index(cluster, new)].address))
+            assert all(bodies.get(i) == b for i, b in acked.items())
+        assert all(n.alive for n in cluster.nodes)
+
+    try:
+        asyncio.run(main())
+    finally:
+        filler.unlink(missing_ok=True)
 
 
 @pytest.mark.slow

@@ -79,12 +79,15 @@ class Primary:
         self.sync = cfg.ack == "sync"
         # A SYNC append that waited out its time is RocketMQ's FLUSH_SLAVE_TIMEOUT.
         timeout = ResponseCode.FLUSH_SLAVE_TIMEOUT if self.sync else ResponseCode.WAIT_QUORUM_ACK_TIMEOUT
-        self.appends = Appends(store, raft, stats, producers, epoch, node_id, timeout_code=timeout)
+        self.recorded_by_controller = cfg.controller is not None
+        # With a controller, a primary whose own disk is full asks it to elect an in-sync backup instead.
+        self.appends = Appends(store, raft, stats, producers, epoch, node_id, timeout_code=timeout,
+                               hand_off=self._hand_off if self.recorded_by_controller else None)
+        self.hand_off_to: str | None = None  # the backup to elect in its place, until an append fits again
         self.backups = {m: BackupView(m) for m in members if m != node_id}
         self.isr = set(isr) & set(self.backups)  # as recorded (by the controller, or here without one)
         self.isr_joining: set[str] = set()  # caught up, not recorded yet: counted for commit already
         self.isr_leaving: set[str] = set()  # to drop once recorded: still counted for commit
-        self.recorded_by_controller = cfg.controller is not None
         # Named primary by a promotion, the controller's record, or (without a controller) a backup that
         # follows this epoch. Until then nothing commits: the in-sync set here may not be the one recorded
         # for this epoch (we may have learned of our election from a peer, before the record).
@@ -125,6 +128,22 @@ class Primary:
             return
         if self.appends.propose(requests, now, wall_ms, self.store.committed_index, out):
             out.must_flush = True
+            self.hand_off_to = None  # the disk has room again: stay
+
+    def _hand_off(self, now: int, out: Ready) -> str | None:
+        """This primary's disk refused an append: the in-sync backup to elect in its place (the controller
+        is asked, controller.py), or None. Only a recorded in-sync backup holds every acknowledged entry;
+        of those still heard and streaming, the furthest along is taken."""
+        timeout = self.cfg.ha_ack_timeout_ms
+        ready = [b for b in self.backups.values() if b.id in self.isr and b.id not in self.isr_leaving
+                 and b.streaming and now - b.heard_ms <= timeout]
+        if not ready:
+            return None
+        target = max(ready, key=lambda b: (b.acked_offset, b.id)).id
+        if target != self.hand_off_to:
+            self.hand_off_to = target
+            self.stats["disk_full_hand_offs"] += 1
+        return target
 
     def on_flushed(self, now: int, out: Ready) -> None:
         self._advance(out)

@@ -15,6 +15,7 @@ On each node, `Controller.tick` applies what the controller group committed, the
 - confirms a primary only by an election committed after this process started; a primary that
   restarts asks to be elected again, in a new epoch, so a stale one is never confirmed;
 - records its primaries' in-sync changes (a backup leaves the set only once recorded: primary.py);
+- asks for an in-sync backup's election when a primary's own disk is full (primary.py, `hand_off_to`);
 - on the controller group's leader, promotes the first live member of the recorded in-sync set when
   the primary has not been heard (by the controller group's Raft heartbeats) for failover_timeout_ms.
 """
@@ -180,6 +181,13 @@ class Controller:
                 node.confirm(set(a.isr))
             elif set(a.isr) != node.primary.isr:
                 node.primary.isr_recorded(set(a.isr))
+            target = node.primary.hand_off_to
+            if target is not None and target in a.isr:  # our disk is full: an in-sync backup takes over
+                if self._propose(g.name, ELECT, encode_command(ELECT, g.name, a.epoch, a.epoch + 1, target,
+                                                               set(a.isr)), now):
+                    log.warning("group %s: the disk of %s is full: electing %s (epoch %d)", g.name, me, target,
+                                a.epoch + 1)
+                return
             want = node.primary.wanted_isr()
             if want is not None:
                 self._propose(g.name, ISR, encode_command(ISR, g.name, a.version, a.epoch, me, want), now)

@@ -79,6 +79,7 @@ class Ctl:
     isr: frozenset[str] = frozenset()
     record: bool = False
     elect: bool = False
+    hand_off: str = ""  # elect this in-sync backup: my disk is full
     lost: bool = False  # my store started pristine: leave me out of the record (controller.py, _vouched)
     previous: str = ""  # the register: the primary of the epoch before
     isr_seen: bool = True  # the register: someone was in sync in this epoch
@@ -222,6 +223,9 @@ class PbCluster:
         elif (p.epoch, p.sender) == (r.epoch, r.primary):
             if p.elect:
                 self._elect(p.sender, r.isr)
+            elif p.hand_off in r.isr:
+                self.stats["ctl_hand_offs"] += 1
+                self._elect(p.hand_off, r.isr)
             elif p.record and p.version == r.version:
                 self.reg = replace(r, version=r.version + 1, isr=p.isr, isr_seen=r.isr_seen or bool(p.isr))
                 self.stats["ctl_isr_changes"] += 1
@@ -279,6 +283,9 @@ class PbCluster:
             self._send(Ctl(m.id, CTL, m.seen, node.epoch, lost=True))
             return
         if m.cas is None and node.primary is not None and node.confirmed:
+            if node.primary.hand_off_to is not None:
+                self._send(Ctl(m.id, CTL, m.seen, node.epoch, hand_off=node.primary.hand_off_to))
+                return
             want = node.primary.wanted_isr()
             if want is not None:
                 m.cas = Ctl(m.id, CTL, m.seen, node.epoch, isr=frozenset(want), record=True)
