@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quorumlog.server.controller import ELECT, ISR, Assignment, ControllerState, encode_command
+from quorumlog.server.controller import ELECT, HAND_OFF, ISR, Assignment, ControllerState, encode_command
 
 
 def _state() -> ControllerState:
@@ -49,3 +49,18 @@ def test_after_expiry_the_first_command_seen_for_a_group_stands() -> None:
     assert s.apply(encode_command(ELECT, "g0", 6, 7, "n2", {"n0"})) == "g0"
     assert s.groups["g0"] == Assignment(7, "n2", frozenset({"n0"}), 1)
     assert s.apply(encode_command(ELECT, "g0", 6, 7, "n1", {"n0"})) is None  # conditions apply again
+
+
+def test_a_hand_off_request_needs_the_epoch_and_primary_and_an_election_ends_it() -> None:
+    s = _state()
+    assert s.apply(encode_command(HAND_OFF, "g0", 1, 1, "n1", {"n2"})) is None  # not the primary
+    assert s.apply(encode_command(HAND_OFF, "g0", 0, 0, "n0", {"n2"})) is None  # not its epoch
+    assert s.apply(encode_command(HAND_OFF, "g0", 1, 1, "n0", {"n2"})) == "g0"
+    a = s.groups["g0"]
+    assert a.hand_off == "n2" and (a.epoch, a.primary, a.isr, a.version) == (1, "n0", {"n1", "n2"}, 0)
+    assert "g0" not in s.untouched  # a primary that asked for a hand-off held data: the group is not new
+    assert s.apply(encode_command(ISR, "g0", 0, 1, "n0", {"n2"})) == "g0" and s.groups["g0"].hand_off == "n2"
+    assert s.apply(encode_command(HAND_OFF, "g0", 1, 1, "n0", set())) == "g0" and s.groups["g0"].hand_off == ""
+    assert s.apply(encode_command(HAND_OFF, "g0", 1, 1, "n0", {"n2"})) == "g0"
+    assert s.apply(encode_command(ELECT, "g0", 1, 2, "n2", {"n2"})) == "g0"
+    assert s.groups["g0"].hand_off == "" and s.groups["g0"].primary == "n2"

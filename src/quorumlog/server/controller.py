@@ -8,23 +8,27 @@ from, so a late duplicate of an old change cannot undo a newer one) and is
 applied by every node in log order, so nodes that proposed concurrently, twice, or from a stale view
 cannot disagree: a command whose condition fails is a no-op. Commands are entry bodies of the
 controller group: PREFIX + msgpack [kind, group, prev, epoch, primary, in-sync set], `prev` being the
-epoch an election replaces or the record version an in-sync change was made from.
+epoch an election replaces or the record version an in-sync change was made from. A hand-off request
+names the asking primary's epoch and the backup it asks for (or none, withdrawn) in place of the set.
 
 On each node, `Controller.tick` applies what the controller group committed, then:
 - makes each hosted primary/backup group follow the record (a new epoch: promote or follow);
 - confirms a primary only by an election committed after this process started; a primary that
   restarts asks to be elected again, in a new epoch, so a stale one is never confirmed;
 - records its primaries' in-sync changes (a backup leaves the set only once recorded: primary.py);
-- asks for an in-sync backup's election when a primary's own disk is full (primary.py, `hand_off_to`);
+- records a hand-off request when a primary's own disk is full (primary.py, `hand_off_to`), and
+  withdraws it when appends fit again;
 - on the controller group's leader, promotes the first live member of the recorded in-sync set when
-  the primary has not been heard (by the controller group's Raft heartbeats) for failover_timeout_ms.
+  the primary has not been heard (by the controller group's Raft heartbeats) for failover_timeout_ms,
+  or when it asked for a hand-off (the backup it named, if live). Only the leader knows who is live:
+  a primary that elected its choice itself could pick a member the controller has not heard lately.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -44,6 +48,7 @@ log = logging.getLogger("quorumlog.controller")
 PREFIX = b"QLCTL1"
 ELECT = "elect"
 ISR = "isr"
+HAND_OFF = "handoff"
 RETRY_MS = 500
 PROMOTE_WAIT_S = 5.0
 
@@ -56,6 +61,7 @@ class Assignment:
     version: int = 0  # commands applied to this group's record
     previous: str = ""  # the primary of the epoch before (the one the last election replaced)
     isr_seen: bool = True  # some backup was recorded in sync in this epoch (so an ack may have needed it)
+    hand_off: str = ""  # the in-sync backup the primary, its disk full, asked to be elected in its place
 
 
 def encode_command(kind: str, group: str, prev_epoch: int, epoch: int, primary: str, isr: set[str]) -> bytes:
@@ -79,8 +85,14 @@ class ControllerState:
         except (ValueError, TypeError, msgpack.UnpackException):
             return None
         cur = self.groups.get(group)
-        if cur is None or kind not in (ELECT, ISR):
+        if cur is None or kind not in (ELECT, ISR, HAND_OFF):
             return None
+        if kind == HAND_OFF:  # the latest request of the epoch's primary stands; the record is unchanged
+            if cur.epoch != epoch or cur.primary != primary:
+                return None
+            self.groups[group] = replace(cur, hand_off=isr[0] if isr else "")
+            self.untouched.discard(group)
+            return group
         blind = self.trust_first and group in self.untouched
         elected = kind == ELECT and cur.epoch == prev and epoch == prev + 1
         changed = kind == ISR and cur.version == prev and cur.epoch == epoch and cur.primary == primary
@@ -88,7 +100,8 @@ class ControllerState:
             return None
         rest = frozenset(isr) - {primary}
         previous, seen = (cur.primary, bool(rest)) if elected else (cur.previous, cur.isr_seen or bool(rest))
-        self.groups[group] = Assignment(epoch, primary, rest, cur.version + 1, previous, seen)
+        hand_off = "" if elected else cur.hand_off
+        self.groups[group] = Assignment(epoch, primary, rest, cur.version + 1, previous, seen, hand_off)
         self.untouched.discard(group)
         return group
 
@@ -181,13 +194,11 @@ class Controller:
                 node.confirm(set(a.isr))
             elif set(a.isr) != node.primary.isr:
                 node.primary.isr_recorded(set(a.isr))
-            target = node.primary.hand_off_to
-            if target is not None and target in a.isr:  # our disk is full: an in-sync backup takes over
-                if self._propose(g.name, ELECT, encode_command(ELECT, g.name, a.epoch, a.epoch + 1, target,
-                                                               set(a.isr)), now):
-                    log.warning("group %s: the disk of %s is full: electing %s (epoch %d)", g.name, me, target,
-                                a.epoch + 1)
-                return
+            # Our disk is full (or has room again): ask for (or withdraw) a hand-off; the controller's leader elects.
+            target = node.primary.hand_off_to or ""
+            body = encode_command(HAND_OFF, g.name, a.epoch, a.epoch, me, {target} - {""})
+            if target != a.hand_off and self._propose(g.name, HAND_OFF, body, now) and target:
+                log.warning("group %s: the disk of %s is full: asking the controller to elect %s", g.name, me, target)
             want = node.primary.wanted_isr()
             if want is not None:
                 self._propose(g.name, ISR, encode_command(ISR, g.name, a.version, a.epoch, me, want), now)
@@ -259,16 +270,17 @@ class Controller:
                 return member == me or now - elector.last_heard(member, now) <= timeout
 
             a = self.states[ctl].groups[name]
-            if alive(a.primary):
+            if alive(a.primary) and not a.hand_off:
                 continue
             candidates = [m for m in sorted(a.isr) if alive(m)]
             if not candidates:
                 continue  # no in-sync backup is up: promoting another could lose acknowledged appends
-            new = candidates[0]
+            new = a.hand_off if a.hand_off in candidates else candidates[0]
             isr = set(candidates)  # the dead stay out: the new primary would wait for them
             if self._propose(name, ELECT, encode_command(ELECT, name, a.epoch, a.epoch + 1, new, isr), now):
-                log.warning("group %s: primary %s unheard for %d ms: electing %s (epoch %d)", name, a.primary,
-                            timeout, new, a.epoch + 1)
+                why = f"the disk of primary {a.primary} is full" if a.hand_off else \
+                    f"primary {a.primary} unheard for {timeout} ms"
+                log.warning("group %s: %s: electing %s (epoch %d)", name, why, new, a.epoch + 1)
 
     # -- proposing -----------------------------------------------------------------------------------
     def _propose(self, group: str, kind: str, body: bytes, now: int) -> bool:

@@ -223,9 +223,8 @@ class PbCluster:
         elif (p.epoch, p.sender) == (r.epoch, r.primary):
             if p.elect:
                 self._elect(p.sender, r.isr)
-            elif p.hand_off in r.isr:
-                self.stats["ctl_hand_offs"] += 1
-                self._elect(p.hand_off, r.isr)
+            elif p.hand_off:
+                self._hand_off(p.hand_off)
             elif p.record and p.version == r.version:
                 self.reg = replace(r, version=r.version + 1, isr=p.isr, isr_seen=r.isr_seen or bool(p.isr))
                 self.stats["ctl_isr_changes"] += 1
@@ -239,6 +238,16 @@ class PbCluster:
             if live:  # else wait: a member outside the in-sync set may lack acknowledged appends
                 self.stats["failovers"] += 1
                 self._elect(self.rng.choice(live), frozenset(live))  # (the dead stay out, as in controller.py)
+
+    def _hand_off(self, wanted: str) -> None:
+        """The primary's disk is full: as controller.py's leader, elect the in-sync backup it asked for if
+        heard lately, else another live in-sync one (an election of a member gone since would leave the
+        group to wait for it, or, if it comes back with a lost disk, to an operator)."""
+        t, r = self.time, self.reg
+        live = sorted(i for i in r.isr if t - self.heard[i] <= 2 * POLL_MS)
+        if live:
+            self.stats["ctl_hand_offs"] += 1
+            self._elect(wanted if wanted in live else live[0], frozenset(live))  # (the dead stay out)
 
     def _elect(self, new: str, isr: frozenset[str]) -> None:
         r = self.reg
