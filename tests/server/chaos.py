@@ -8,17 +8,21 @@ role, at any time, and faults overlap (two nodes down: no quorum for a while):
 - pause: SIGSTOP, then SIGCONT (a paused leader comes back believing it leads);
 - wipe: SIGKILL, every store of the node deleted, restarted empty: a replaced disk, only while every
   other node runs and holds the whole committed log (one lost disk at a time);
-- transfer (Raft only): leadership handed to a random node.
+- transfer (Raft only): leadership handed to a random node;
+- partition (with --net: the nodes in network namespaces, netns.py): a node cut off from both others, two
+  nodes cut from each other, or one that can no longer send to another, healed 0.5-3 s later. The clients
+  still reach every node, so a cut-off leader goes on receiving appends.
 
 Used by tests/server/test_server_chaos.py for a short run; for a long hunt:
 
-    python -m tests.server.chaos --seconds 600 --seed 7 [--mode pb]
+    python -m tests.server.chaos --seconds 600 --seed 7 [--mode pb] [--net]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import shutil
 import signal
@@ -35,6 +39,7 @@ from quorumlog.server.cluster import LocalCluster
 
 from .conftest import FAST_RAFT, SMALL_STORE, await_until, check_store, committed_entries, statuses
 from .history import Op, check_history, record_appends
+from .netns import NetnsCluster, Network
 
 # Primary/backup with a controller (automatic failover), sync acks, fast failure detection.
 PB_HA = {"ack": "sync", "controller": "ctl", "ha_heartbeat_interval_ms": 200, "ha_ack_timeout_ms": 800,
@@ -47,7 +52,10 @@ class Nemesis:
     admin: AsyncClient
     rng: random.Random
     raft: bool
+    net: Network | None = None
     done: list[str] = field(default_factory=list)
+    blocked: set[tuple[int, int]] = field(default_factory=set)  # (i, j): what i sends to j is dropped
+    partitioned = False
     down: set[int] = field(default_factory=set)  # killed or paused right now
     wiped: set[int] = field(default_factory=set)  # restarted empty, maybe not caught up yet
 
@@ -66,9 +74,14 @@ class Nemesis:
 
     async def _one(self) -> None:
         n = len(self.cluster.nodes)
-        kinds = ["kill", "pause", "wipe"] + (["transfer"] if self.raft else [])
+        kinds = ["kill", "pause", "wipe"] + (["transfer"] if self.raft else []) + (["partition"] if self.net else [])
         kind = self.rng.choice(kinds)
+        if self.net is not None and not self.partitioned:
+            kind = "partition"  # the first fault, so that even a short run has one
         i = self.rng.randrange(n)
+        if kind == "partition":
+            await self._partition(i)
+            return
         if kind == "transfer":
             target = self.cluster.nodes[i].node_id
             try:
@@ -105,6 +118,31 @@ class Nemesis:
             self.down.discard(i)
         if kind == "wipe":
             await self._until_caught_up(i)
+
+    async def _partition(self, i: int) -> None:
+        assert self.net is not None
+        n = len(self.cluster.nodes)
+        j = self.rng.choice([k for k in range(n) if k != i])
+        shape = self.rng.choice(["isolate", "cut", "one way"])
+        if shape == "isolate":
+            routes = {(a, b) for a in range(n) for b in range(n) if a != b and i in (a, b)}
+        else:
+            routes = {(i, j), (j, i)} if shape == "cut" else {(i, j)}
+        if routes & self.blocked:
+            return  # overlapping partitions would heal each other's routes
+        self.partitioned = True
+        self.blocked |= routes
+        try:
+            for a, b in routes:
+                self.net.set_route(a, b, blocked=True)
+            await asyncio.sleep(self.rng.uniform(0.5, 3.0))
+        finally:
+            for a, b in routes:
+                self.net.set_route(a, b, blocked=False)
+            self.blocked -= routes
+        nodes = self.cluster.nodes
+        what = nodes[i].node_id if shape == "isolate" else f"{nodes[i].node_id} {nodes[j].node_id}"
+        self.done.append(f"partition ({shape}) {what}")
 
     async def _all_caught_up(self) -> bool:
         st = await statuses(self.admin, self.cluster)
@@ -156,20 +194,27 @@ async def _settled(admin: AsyncClient, cluster: LocalCluster, raft: bool) -> str
     return leaders[0]
 
 
-async def run_chaos(root: Path, seconds: float, seed: int, raft: bool = True, writers: int = 3) -> dict[str, Any]:
-    """One chaos run in `root`; raises AssertionError on any violation; returns a summary."""
+async def run_chaos(root: Path, seconds: float, seed: int, raft: bool = True, writers: int = 3,
+                    net: Network | None = None) -> dict[str, Any]:
+    """One chaos run in `root` (with `net`, created: the nodes in its namespaces, and partitions); raises
+    AssertionError on any violation; returns a summary."""
     rng = random.Random(seed)
     kwargs: dict[str, Any] = {"raft": FAST_RAFT, "store": SMALL_STORE, "log_level": "INFO"}
     if not raft:
         kwargs.update(replication="primary-backup", ha=PB_HA)
-    cluster = LocalCluster(root, 3, 1, **kwargs)
+    if net is None:
+        cluster: LocalCluster = LocalCluster(root, 3, 1, **kwargs)
+    else:  # beyond loopback: with the cluster secret
+        cluster = NetnsCluster(root, 3, 1, secret=os.urandom(18).hex(), hosts=[net.host(i) for i in range(3)],
+                               namespaces=net.nodes, **kwargs)
+    secret = cluster.secret
     cluster.start()
     ops: list[Op] = []
     try:
-        async with AsyncClient(cluster.endpoints) as admin:
+        async with AsyncClient(cluster.endpoints, secret=secret) as admin:
             await await_until(lambda: _settled(admin, cluster, raft), 30, "a first leader")
-            clients = [AsyncClient(cluster.endpoints, retry_timeout=30) for _ in range(writers)]
-            nemesis = Nemesis(cluster, admin, rng, raft)
+            clients = [AsyncClient(cluster.endpoints, secret=secret, retry_timeout=30) for _ in range(writers)]
+            nemesis = Nemesis(cluster, admin, rng, raft, net)
             try:
                 stop = asyncio.get_running_loop().time() + seconds
                 tasks = [record_appends(c, f"w{k}a", stop, ops) for k, c in enumerate(clients)]
@@ -184,7 +229,7 @@ async def run_chaos(root: Path, seconds: float, seed: int, raft: bool = True, wr
                                        "one leader, every replica holding its whole log, committed")
             logs = {}
             for node in cluster.nodes:
-                logs[node.node_id] = [(i, b) for i, b in await committed_entries(node.address) if b]
+                logs[node.node_id] = [(i, b) for i, b in await committed_entries(node.address, secret=secret) if b]
             log = logs[leader]
             for nid, other in logs.items():
                 assert other == log, f"{nid}'s committed log differs from the leader's ({len(other)} and {len(log)})"
@@ -198,7 +243,7 @@ async def run_chaos(root: Path, seconds: float, seed: int, raft: bool = True, wr
         assert not crashed, f"a traceback in the log of {crashed}"
         summary.update(appends=len(ops), faults=len(nemesis.done), log=len(log),
                        kinds={k: sum(d.startswith(k) for d in nemesis.done)
-                              for k in ("kill", "pause", "wipe", "transfer")})
+                              for k in ("kill", "pause", "wipe", "transfer", "partition")})
         return summary
     finally:
         cluster.stop(timeout=10)
@@ -211,13 +256,17 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=1, help="seeds seed, seed+1, ...")
     p.add_argument("--mode", choices=("raft", "pb"), default="raft")
     p.add_argument("--keep", action="store_true", help="keep the data dirs and logs of a failed run")
+    p.add_argument("--net", action="store_true", help="nodes in network namespaces, with partitions (root)")
     a = p.parse_args()
     failed = 0
     for seed in range(a.seed, a.seed + a.runs):
         root = Path(tempfile.mkdtemp(prefix=f"quorumlog-chaos-{seed}-"))
         t = time.monotonic()
+        net = Network() if a.net else None
         try:
-            s = asyncio.run(run_chaos(root, a.seconds, seed, raft=a.mode == "raft"))
+            if net is not None:
+                net.create()
+            s = asyncio.run(run_chaos(root, a.seconds, seed, raft=a.mode == "raft", net=net))
             print(f"seed {seed}: ok in {time.monotonic() - t:.0f} s: {s}", flush=True)
             shutil.rmtree(root)
         except AssertionError as e:
@@ -226,6 +275,9 @@ def main() -> int:
             print(f"  data and logs: {root}" if a.keep else "", flush=True)
             if not a.keep:
                 shutil.rmtree(root)
+        finally:
+            if net is not None:
+                net.destroy()
     return 1 if failed else 0
 
 

@@ -1,14 +1,18 @@
-"""Short chaos runs (chaos.py): random kills, pauses, wiped disks and leadership transfers on every node of a
-real cluster under idempotent writers; then the history, the replicas' logs and the stores are checked."""
+"""Short chaos runs (chaos.py): random kills, pauses, wiped disks, leadership transfers and (in network
+namespaces) partitions on every node of a real cluster under idempotent writers; then the history, the
+replicas' logs and the stores are checked."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from .chaos import run_chaos
+from .netns import Network, unavailable
 
 
 @pytest.mark.slow
@@ -24,3 +28,30 @@ def test_primary_backup_chaos_on_every_node_loses_nothing_acknowledged(tmp_path:
     s = asyncio.run(run_chaos(tmp_path, 20.0, 20261127, raft=False))
     assert s["acked"] > 100 and s["faults"] >= 8, s
     print(f"primary/backup chaos: {s}")
+
+
+@pytest.fixture
+def network() -> Iterator[Network]:
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    net = Network()
+    try:
+        try:
+            net.create()
+        except subprocess.CalledProcessError as e:
+            pytest.skip(f"cannot build the namespaces: `{' '.join(e.cmd)}` failed: {e.stderr.strip()}")
+        yield net
+    finally:
+        net.destroy()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("raft", [True, False], ids=["raft", "primary-backup"])
+def test_chaos_with_partitions_between_namespaces_loses_nothing_acknowledged(tmp_path: Path, network: Network,
+                                                                           raft: bool) -> None:
+    """The nodes in network namespaces (netns.py), so partitions join the faults: a node cut off, a pair cut,
+    one direction dropped."""
+    s = asyncio.run(run_chaos(tmp_path, 20.0, 20261128 + raft, raft=raft, net=network))
+    assert s["acked"] > 100 and s["kinds"]["partition"] >= 1, s
+    print(f"chaos with partitions: {s}")
