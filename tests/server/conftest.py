@@ -191,6 +191,17 @@ def disk_full_past(node: LocalNode, ratio: float) -> str:
     return text
 
 
+async def fill_disk(filler: Path, size: int = 512 << 20) -> None:
+    """Allocate `size` bytes of the file system at `filler` (past a disk_full_past ratio), then wait past the
+    nodes' next disk probe (0.1 s)."""
+    fd = os.open(filler, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    finally:
+        os.close(fd)
+    await asyncio.sleep(0.3)
+
+
 def pids_with(text: str) -> list[int]:
     """Processes (other than this one) whose command line contains `text`."""
     out = []

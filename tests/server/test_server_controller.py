@@ -4,7 +4,6 @@ in-sync set, and promotes an in-sync backup when the primary is gone (RocketMQ 5
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import shutil
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 
 from quorumlog.client import AsyncClient
 
-from .conftest import await_until, committed_entries, disk_full_past, node_index, statuses, wait_leader
+from .conftest import await_until, committed_entries, disk_full_past, fill_disk, node_index, statuses, wait_leader
 from .history import Op, check_history, fault_leaders, record_appends
 
 HA = {"ack": "sync", "controller": "ctl", "ha_heartbeat_interval_ms": 200, "ha_ack_timeout_ms": 800,
@@ -136,12 +135,7 @@ def test_a_primary_whose_disk_fills_has_an_in_sync_backup_elected_and_writes_go_
 
             await await_until(in_sync, 20, "n0 a confirmed primary with both backups in sync")
             acked = {(await c.append(f"a{i}".encode())).index: f"a{i}".encode() for i in range(20)}
-            fd = os.open(filler, os.O_CREAT | os.O_WRONLY, 0o600)
-            try:
-                os.posix_fallocate(fd, 0, 512 << 20)
-            finally:
-                os.close(fd)
-            await asyncio.sleep(0.3)  # past n0's next disk probe (0.1 s)
+            await fill_disk(filler)
             r = await c.append(b"after the disk filled")  # retried at the new primary, not refused
             acked[r.index] = b"after the disk filled"
             st = await statuses(c, cluster)

@@ -4,7 +4,6 @@ a wiped follower, and a flipped bit in a follower's log. Nothing acknowledged is
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import signal
 import time
@@ -21,6 +20,7 @@ from .conftest import (
     await_until,
     committed_entries,
     disk_full_past,
+    fill_disk,
     make_leader,
     node_index,
     statuses,
@@ -231,12 +231,7 @@ def test_a_leader_whose_disk_fills_hands_leadership_to_a_follower_and_writes_go_
         async with AsyncClient(cluster.endpoints, retry_timeout=20) as c:
             await make_leader(c, cluster, "n0")
             acked = await _append_all(c, "before", 20)
-            fd = os.open(filler, os.O_CREAT | os.O_WRONLY, 0o600)
-            try:
-                os.posix_fallocate(fd, 0, 512 << 20)
-            finally:
-                os.close(fd)
-            await asyncio.sleep(0.3)  # past n0's next disk probe (0.1 s)
+            await fill_disk(filler)
             r = await c.append(b"after the disk filled")  # retried at the new leader, not refused
             acked[r.index] = b"after the disk filled"
             st = await statuses(c, cluster)
