@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from quorumlog.server.controller import ELECT, HAND_OFF, ISR, Assignment, ControllerState, encode_command
+import msgpack
+
+from quorumlog.server.controller import ELECT, HAND_OFF, ISR, PREFIX, Assignment, ControllerState, encode_command
 
 
 def _state() -> ControllerState:
@@ -37,8 +39,11 @@ def test_an_in_sync_change_needs_the_version_epoch_and_primary_it_was_made_from(
 
 def test_entries_that_are_not_commands_change_nothing() -> None:
     s = _state()
+    # Right length, wrong shapes: each raised TypeError out of apply, which stopped the record there.
+    shapes = ([ELECT, "g0", 1, 2, "n1", 5], [ELECT, ["g0"], 1, 2, "n1", []], [ISR, "g0", 0, 1, "n0", [1, [2]]],
+              [HAND_OFF, "g0", 1, 1, "n0", 5], [ELECT, "g0", "1", 2, "n1", []], [ELECT, "g0", 1, 2, None, []])
     for body in (b"", b"hello", b"QLCTL1", b"QLCTL1\xc1", encode_command("drop", "g0", 1, 2, "n1", set()),
-                 encode_command(ELECT, "g9", 1, 2, "n1", set())):
+                 encode_command(ELECT, "g9", 1, 2, "n1", set()), *(PREFIX + msgpack.packb(c) for c in shapes)):
         assert s.apply(body) is None
     assert s.groups["g0"] == Assignment(1, "n0", frozenset({"n1", "n2"}))
 

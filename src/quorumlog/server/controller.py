@@ -84,6 +84,12 @@ class ControllerState:
             kind, group, prev, epoch, primary, isr = msgpack.unpackb(body[len(PREFIX):])
         except (ValueError, TypeError, msgpack.UnpackException):
             return None
+        # Anything with append rights on the controller group can write here: a body of the wrong shape is
+        # no command (raising would stop every node applying the record at this entry, for good).
+        if not (isinstance(kind, str) and isinstance(group, str) and isinstance(primary, str)
+                and type(prev) is int and type(epoch) is int
+                and isinstance(isr, list) and all(isinstance(m, str) for m in isr)):
+            return None
         cur = self.groups.get(group)
         if cur is None or kind not in (ELECT, ISR, HAND_OFF):
             return None
