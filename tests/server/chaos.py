@@ -11,21 +11,26 @@ role, at any time, and faults overlap (two nodes down: no quorum for a while):
 - transfer (Raft only): leadership handed to a random node;
 - partition (with --net: the nodes in network namespaces, netns.py): a node cut off from both others, two
   nodes cut from each other, or one that can no longer send to another, healed 0.5-3 s later. The clients
-  still reach every node, so a cut-off leader goes on receiving appends.
+  still reach every node, so a cut-off leader goes on receiving appends;
+- full (with --disks: each node's data group on a tmpfs of its own): a file takes that file system past
+  disk_full_ratio, or to its brim (every block: ENOSPC wherever the store has not allocated ahead), and is
+  deleted 0.5-3 s later.
 
 Used by tests/server/test_server_chaos.py for a short run; for a long hunt:
 
-    python -m tests.server.chaos --seconds 600 --seed 7 [--mode pb] [--net]
+    python -m tests.server.chaos --seconds 600 --seed 7 [--mode pb] [--net] [--disks]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +46,9 @@ from .conftest import FAST_RAFT, SMALL_STORE, await_until, check_store, committe
 from .history import Op, check_history, record_appends
 from .netns import NetnsCluster, Network
 
+# Each node's data group's tmpfs with --disks: room for a minute of chaos, small enough to fill in a call.
+DISK_MB = 256
+
 # Primary/backup with a controller (automatic failover), sync acks, fast failure detection.
 PB_HA = {"ack": "sync", "controller": "ctl", "ha_heartbeat_interval_ms": 200, "ha_ack_timeout_ms": 800,
          "failover_timeout_ms": 800}
@@ -53,9 +61,11 @@ class Nemesis:
     rng: random.Random
     raft: bool
     net: Network | None = None
+    disks: list[Path] | None = None  # node i's data group's file system (a tmpfs), for the full fault
     done: list[str] = field(default_factory=list)
     blocked: set[tuple[int, int]] = field(default_factory=set)  # (i, j): what i sends to j is dropped
     partitioned = False
+    filled = False
     down: set[int] = field(default_factory=set)  # killed or paused right now
     wiped: set[int] = field(default_factory=set)  # restarted empty, maybe not caught up yet
 
@@ -75,12 +85,18 @@ class Nemesis:
     async def _one(self) -> None:
         n = len(self.cluster.nodes)
         kinds = ["kill", "pause", "wipe"] + (["transfer"] if self.raft else []) + (["partition"] if self.net else [])
+        kinds += ["full"] if self.disks else []
         kind = self.rng.choice(kinds)
         if self.net is not None and not self.partitioned:
             kind = "partition"  # the first fault, so that even a short run has one
+        elif self.disks is not None and not self.filled:
+            kind = "full"
         i = self.rng.randrange(n)
         if kind == "partition":
             await self._partition(i)
+            return
+        if kind == "full":
+            await self._fill(i)
             return
         if kind == "transfer":
             target = self.cluster.nodes[i].node_id
@@ -144,6 +160,30 @@ class Nemesis:
         what = nodes[i].node_id if shape == "isolate" else f"{nodes[i].node_id} {nodes[j].node_id}"
         self.done.append(f"partition ({shape}) {what}")
 
+    async def _fill(self, i: int) -> None:
+        assert self.disks is not None
+        disk = self.disks[i]
+        filler = disk / ".filler"  # beside the store directory, on its file system
+        if filler.exists():
+            return
+        self.filled = True
+        brim = self.rng.random() < 0.5
+        u = shutil.disk_usage(disk)
+        size = u.free if brim else max(u.free - int(u.total * 0.02), 1)  # past disk_full_ratio (0.90) at 98 %
+        fd = os.open(filler, os.O_CREAT | os.O_WRONLY, 0o600)
+        try:
+            while size > 0:  # to the brim: as much as the file system still gives
+                try:
+                    os.posix_fallocate(fd, 0, size)
+                    break
+                except OSError:
+                    size -= max(size // 64, 4096)
+            await asyncio.sleep(self.rng.uniform(0.5, 3.0))
+        finally:
+            os.close(fd)
+            filler.unlink(missing_ok=True)  # (a wipe may have deleted it)
+        self.done.append(f"full ({'brim' if brim else 'past the ratio'}) {self.cluster.nodes[i].node_id}")
+
     async def _all_caught_up(self) -> bool:
         st = await statuses(self.admin, self.cluster)
         leaders = [s for s in st.values() if s["role"] == "leader"]
@@ -195,9 +235,10 @@ async def _settled(admin: AsyncClient, cluster: LocalCluster, raft: bool) -> str
 
 
 async def run_chaos(root: Path, seconds: float, seed: int, raft: bool = True, writers: int = 3,
-                    net: Network | None = None) -> dict[str, Any]:
-    """One chaos run in `root` (with `net`, created: the nodes in its namespaces, and partitions); raises
-    AssertionError on any violation; returns a summary."""
+                    net: Network | None = None, disks: bool = False) -> dict[str, Any]:
+    """One chaos run in `root` (with `net`, created: the nodes in its namespaces, and partitions; with
+    `disks`, each node's data group on a tmpfs of its own, and full disks); raises AssertionError on any
+    violation; returns a summary."""
     rng = random.Random(seed)
     kwargs: dict[str, Any] = {"raft": FAST_RAFT, "store": SMALL_STORE, "log_level": "INFO"}
     if not raft:
@@ -208,13 +249,18 @@ async def run_chaos(root: Path, seconds: float, seed: int, raft: bool = True, wr
         cluster = NetnsCluster(root, 3, 1, secret=os.urandom(18).hex(), hosts=[net.host(i) for i in range(3)],
                                namespaces=net.nodes, **kwargs)
     secret = cluster.secret
-    cluster.start()
+    mounts = [n.data_dir / "g0" for n in cluster.nodes] if disks else []
     ops: list[Op] = []
     try:
+        for m in mounts:
+            m.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(m)], check=True,
+                           capture_output=True, timeout=30)
+        cluster.start()
         async with AsyncClient(cluster.endpoints, secret=secret) as admin:
             await await_until(lambda: _settled(admin, cluster, raft), 30, "a first leader")
             clients = [AsyncClient(cluster.endpoints, secret=secret, retry_timeout=30) for _ in range(writers)]
-            nemesis = Nemesis(cluster, admin, rng, raft, net)
+            nemesis = Nemesis(cluster, admin, rng, raft, net, mounts or None)
             try:
                 stop = asyncio.get_running_loop().time() + seconds
                 tasks = [record_appends(c, f"w{k}a", stop, ops) for k, c in enumerate(clients)]
@@ -227,13 +273,18 @@ async def run_chaos(root: Path, seconds: float, seed: int, raft: bool = True, wr
             cluster.start()  # every node back (a fault heals itself; this covers one that failed to)
             leader = await await_until(lambda: _settled(admin, cluster, raft), 90,
                                        "one leader, every replica holding its whole log, committed")
+            # A full disk past disk_clean_ratio expires old segments, on each node by its own disk: the logs are
+            # compared from the latest first index.
+            begin = max(s["begin_index"] for s in (await statuses(admin, cluster)).values())
             logs = {}
             for node in cluster.nodes:
-                logs[node.node_id] = [(i, b) for i, b in await committed_entries(node.address, secret=secret) if b]
+                entries = await committed_entries(node.address, begin, secret=secret)
+                logs[node.node_id] = [(i, b) for i, b in entries if b]
             log = logs[leader]
             for nid, other in logs.items():
                 assert other == log, f"{nid}'s committed log differs from the leader's ({len(other)} and {len(log)})"
-            summary = check_history(ops, log)
+            assert begin == 0 or disks, f"entries before {begin} expired"
+            summary = check_history(ops, log, begin)
         exits = cluster.stop()
         assert all(code == 0 for code in exits.values()), f"a node did not stop cleanly: {exits}"
         for node in cluster.nodes:
@@ -243,10 +294,13 @@ async def run_chaos(root: Path, seconds: float, seed: int, raft: bool = True, wr
         assert not crashed, f"a traceback in the log of {crashed}"
         summary.update(appends=len(ops), faults=len(nemesis.done), log=len(log),
                        kinds={k: sum(d.startswith(k) for d in nemesis.done)
-                              for k in ("kill", "pause", "wipe", "transfer", "partition")})
+                              for k in ("kill", "pause", "wipe", "transfer", "partition", "full")})
         return summary
     finally:
         cluster.stop(timeout=10)
+        for m in mounts:
+            with contextlib.suppress(subprocess.SubprocessError):
+                subprocess.run(["umount", "-l", str(m)], check=True, capture_output=True, timeout=30)
 
 
 def main() -> int:
@@ -257,6 +311,7 @@ def main() -> int:
     p.add_argument("--mode", choices=("raft", "pb"), default="raft")
     p.add_argument("--keep", action="store_true", help="keep the data dirs and logs of a failed run")
     p.add_argument("--net", action="store_true", help="nodes in network namespaces, with partitions (root)")
+    p.add_argument("--disks", action="store_true", help="each node's data on a tmpfs, with full disks (root)")
     a = p.parse_args()
     failed = 0
     for seed in range(a.seed, a.seed + a.runs):
@@ -266,7 +321,7 @@ def main() -> int:
         try:
             if net is not None:
                 net.create()
-            s = asyncio.run(run_chaos(root, a.seconds, seed, raft=a.mode == "raft", net=net))
+            s = asyncio.run(run_chaos(root, a.seconds, seed, raft=a.mode == "raft", net=net, disks=a.disks))
             print(f"seed {seed}: ok in {time.monotonic() - t:.0f} s: {s}", flush=True)
             shutil.rmtree(root)
         except AssertionError as e:

@@ -27,8 +27,9 @@ class Op:
     error: str | None = None
 
 
-def check_history(ops: list[Op], log: list[tuple[int, bytes]]) -> dict[str, int]:
-    """Raise AssertionError on loss, duplicate, phantom or a real-time order violation."""
+def check_history(ops: list[Op], log: list[tuple[int, bytes]], begin: int = 0) -> dict[str, int]:
+    """Raise AssertionError on loss, duplicate, phantom or a real-time order violation. `log` starts at
+    `begin` (entries before it expired): what was acknowledged there is not looked for."""
     where: dict[bytes, int] = {}
     for index, body in log:
         assert body not in where, f"{body!r} written twice: at {where[body]} and {index}"
@@ -37,11 +38,11 @@ def check_history(ops: list[Op], log: list[tuple[int, bytes]]) -> dict[str, int]
     phantoms = [b for b in where if b not in sent]
     assert not phantoms, f"{len(phantoms)} entries no client sent, first {phantoms[:3]}"
     for op in ops:
-        if op.index is not None:
+        if op.index is not None and op.index >= begin:
             assert where.get(op.body) == op.index, \
                 f"{op.body!r} acknowledged at {op.index}, log has it at {where.get(op.body)}"
     # Real-time order: an op present in the log comes after every op acknowledged before it was sent.
-    done = sorted((op.completed, where[op.body]) for op in ops if op.index is not None)
+    done = sorted((op.completed, where[op.body]) for op in ops if op.index is not None and op.body in where)
     present = sorted((op.invoked, where[op.body], op.body) for op in ops if op.body in where)
     highest = -1
     k = 0
@@ -52,7 +53,8 @@ def check_history(ops: list[Op], log: list[tuple[int, bytes]]) -> dict[str, int]
         assert index > highest, f"{body!r} (sent at {invoked:.3f}) is at {index}, before an entry at " \
                                 f"{highest} acknowledged earlier"
     return {"acked": sum(op.index is not None for op in ops), "failed": sum(op.error is not None for op in ops),
-            "unacked_but_written": sum(op.index is None and op.body in where for op in ops)}
+            "unacked_but_written": sum(op.index is None and op.body in where for op in ops),
+            "expired": sum(op.index is not None and op.index < begin for op in ops)}
 
 
 async def record_appends(c: AsyncClient, name: str, stop: float, ops: list[Op]) -> None:

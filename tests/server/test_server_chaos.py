@@ -46,12 +46,25 @@ def network() -> Iterator[Network]:
         net.destroy()
 
 
+def _can_mount_tmpfs(where: Path) -> bool:
+    where.mkdir()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], check=True, capture_output=True,
+                       timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    subprocess.run(["umount", str(where)], check=True, capture_output=True, timeout=30)
+    return True
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("raft", [True, False], ids=["raft", "primary-backup"])
-def test_chaos_with_partitions_between_namespaces_loses_nothing_acknowledged(tmp_path: Path, network: Network,
-                                                                           raft: bool) -> None:
+def test_chaos_with_partitions_and_full_disks_loses_nothing_acknowledged(tmp_path: Path, network: Network,
+                                                                        raft: bool) -> None:
     """The nodes in network namespaces (netns.py), so partitions join the faults: a node cut off, a pair cut,
-    one direction dropped."""
-    s = asyncio.run(run_chaos(tmp_path, 20.0, 20261128 + raft, raft=raft, net=network))
-    assert s["acked"] > 100 and s["kinds"]["partition"] >= 1, s
-    print(f"chaos with partitions: {s}")
+    one direction dropped; and each node's data on a tmpfs of its own (when this machine lets us mount one),
+    so full disks do too: past disk_full_ratio, or to the brim."""
+    disks = _can_mount_tmpfs(tmp_path / "probe")
+    s = asyncio.run(run_chaos(tmp_path / "run", 20.0, 20261128 + raft, raft=raft, net=network, disks=disks))
+    assert s["acked"] > 100 and s["kinds"]["partition"] >= 1 and (s["kinds"]["full"] >= 1 or not disks), s
+    print(f"chaos with partitions{' and full disks' if disks else ''}: {s}")

@@ -10,24 +10,27 @@ from typing import Any
 import pytest
 from store_helpers import body, log_of, small_config
 
-from quorumlog.errors import DiskError, StoreError
+from quorumlog.errors import DiskError, DiskFullError, StoreError
+from quorumlog.server.store import NodeStore
 from quorumlog.store import MemoryStore
+from quorumlog.store.checkpoint import read_stable
 from quorumlog.store.file_store import FileStore
 from quorumlog.store.vfs import Buffer, OsFiles
 
 
 class FaultyFiles(OsFiles):
-    """Fails the Nth call (counted from arm()) of one operation with EIO. Only calls made by the
-    test's thread count, so background segment allocation does not shift the count."""
+    """Fails the Nth call (counted from arm()) of one operation with EIO (or `err`). Only calls made by
+    the test's thread count, so background segment allocation does not shift the count."""
 
     def __init__(self) -> None:
         self.op: str | None = None
         self.countdown = 0
         self.fired = 0
+        self.err = errno.EIO
         self.owner = threading.get_ident()
 
-    def arm(self, op: str, nth: int) -> None:
-        self.op, self.countdown = op, nth
+    def arm(self, op: str, nth: int, err: int = errno.EIO) -> None:
+        self.op, self.countdown, self.err = op, nth, err
 
     def _maybe_fail(self, op: str) -> None:
         if self.op == op and threading.get_ident() == self.owner:
@@ -35,7 +38,7 @@ class FaultyFiles(OsFiles):
             if self.countdown == 0:
                 self.op = None
                 self.fired += 1
-                raise OSError(errno.EIO, f"injected {op} failure")
+                raise OSError(self.err, f"injected {op} failure")
 
     def pwrite(self, fd: int, data: Buffer | list[Buffer], offset: int) -> None:
         self._maybe_fail("pwrite")
@@ -199,3 +202,54 @@ def test_store_error_types(tmp_path: Path) -> None:
     assert info.value.code.name == "DISK_ERROR"
     assert isinstance(info.value.__cause__, OSError)
     s.close()
+
+
+@pytest.mark.parametrize("op", ["pwrite", "fsync"])
+def test_no_space_for_the_vote_keeps_the_old_one_and_the_store_goes_on(tmp_path: Path, op: str) -> None:
+    """A full disk met by the term and vote (written through a temp file, then renamed) leaves the old
+    ones on disk: DiskFullError, the store still works, and the write succeeds once there is room. It
+    failed the store, and a node whose disk filled stopped at its next election."""
+    files = FaultyFiles()
+    s = NodeStore(tmp_path / "s", CFG, files=files)  # the server's: written in persist_stable()
+    s.save_vote(2, "n0")
+    s.persist_stable()
+    s.save_vote(3, "n1")
+    files.arm(op, 1, errno.ENOSPC)
+    with pytest.raises(DiskFullError):
+        s.persist_stable()
+    assert s.stable_unsaved and s.load_vote() == (3, "n1")
+    assert s.append([b"x"], 3).first_index == 0 and s.flush() == 0  # not failed
+    on_disk = read_stable(str(tmp_path / "s"))
+    assert (on_disk.term, on_disk.voted_for) == (2, "n0")
+    s.persist_stable()
+    assert not s.stable_unsaved
+    s.close()
+    with FileStore(tmp_path / "s", CFG) as again:
+        assert again.load_vote() == (3, "n1") and again.end_index == 0
+    plain = FileStore(tmp_path / "p", CFG, files=files)  # and the plain store's synchronous save_vote
+    plain.save_vote(2, "n0")
+    files.arm(op, 1, errno.ENOSPC)
+    with pytest.raises(DiskFullError):
+        plain.save_vote(3, "n1")
+    assert plain.load_vote() == (2, "n0")
+    plain.save_vote(3, "n1")
+    plain.close()
+
+
+def test_no_space_for_the_checkpoint_keeps_the_old_one_and_the_store_goes_on(tmp_path: Path) -> None:
+    files = FaultyFiles()
+    s = FileStore(tmp_path / "s", CFG, files=files)
+    for b in _batches(0, 5):
+        s.append(b, 1)
+    s.set_committed(4)
+    s.flush()
+    files.arm("pwrite", 1, errno.ENOSPC)  # the checkpoint's temp file
+    with pytest.raises(DiskFullError):
+        s.checkpoint()
+    s.append([b"after"], 1)
+    s.flush()
+    s.checkpoint()
+    end = s.end_index
+    s.close()
+    with FileStore(tmp_path / "s", CFG) as again:
+        assert again.end_index == end and again.committed_index == 4

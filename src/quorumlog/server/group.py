@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import GroupConfig
-from ..errors import CorruptEntryError, DiskError, OutOfFilesError, ResponseCode
+from ..errors import CorruptEntryError, DiskError, DiskFullError, ResponseCode
 from ..ha.messages import FRAME_HEADER, HaTransfer
 from ..ha.node import HaNode
 from ..net.bodies import encode_error
@@ -298,7 +298,7 @@ class Group:
         if self._closed:
             return
         error = fut.exception()
-        if isinstance(error, OutOfFilesError):  # no descriptor free: try again soon, still holding
+        if isinstance(error, DiskFullError):  # no descriptor or no space free: try again soon, still holding
             log.warning("group %s: cannot write the term and vote yet: %s", self.name, error)
             self._loop.call_later(STABLE_RETRY_S, self._persist_stable)
             return
@@ -510,7 +510,7 @@ class Group:
         def done(f: concurrent.futures.Future[None]) -> None:
             self._checkpointing = False
             error = f.exception()
-            if isinstance(error, OutOfFilesError):  # the old checkpoint stands; the next interval tries again
+            if isinstance(error, DiskFullError):  # the old checkpoint stands; the next interval tries again
                 log.warning("group %s: checkpoint skipped: %s", self.name, error)
             elif error is not None and not self._closed:
                 self._on_fatal(error)

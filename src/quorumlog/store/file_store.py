@@ -46,7 +46,7 @@ from .reader import RecentBatches
 from .recovery import Scan, judge, scan
 from .segments import SegmentList
 from .stable import StableFiles
-from .vfs import OUT_OF_FILES, OsFiles
+from .vfs import NO_SPACE, OUT_OF_FILES, OsFiles
 
 _DISK_PROBE_INTERVAL_S = 0.1
 # ... or once this much was written since, whichever comes first: a fast writer on a small disk (a 64 MiB
@@ -320,11 +320,14 @@ class FileStore(FileCuts):
             self._transient_or_fail(e)
 
     def _transient_or_fail(self, e: OSError) -> NoReturn:
-        """Out of file descriptors before anything was written: a transient error. Anything else (or
-        later) fails the store."""
+        """Out of file descriptors, or of space, before anything of the log was written (a segment made
+        ahead, a state file replaced through a temp file): a transient error, what was durable stands.
+        Anything else fails the store."""
         if e.errno in OUT_OF_FILES:
             raise OutOfFilesError(f"{self.dir}: no file descriptor free ({e.strerror}); nothing was written") \
                 from None
+        if e.errno in NO_SPACE:
+            raise DiskFullError(f"{self.dir}: {e.strerror}; nothing was written") from None
         self._fail(e)
 
     def _heal(self) -> None:
@@ -456,11 +459,14 @@ class FileStore(FileCuts):
         end = max(flushed, self._end_floor)
         try:
             self.index.sync()
+        except OSError as e:  # written index units the page cache may have lost
+            self._fail(e)
+        try:
             write_checkpoint(self.files, self.dir, Checkpoint(
                 begin_index=self._begin, begin_pos=self._begin_pos, begin_chain=self._begin_chain,
                 begin_term=self._begin_term, end_index=end, committed_index=committed,
                 anchor_index=anchor, anchor_pos=apos, anchor_chain=achain))
-        except OSError as e:  # out of descriptors: the old checkpoint stands (it is replaced by rename)
+        except OSError as e:  # out of descriptors or space: the old checkpoint stands (replaced by rename)
             self._transient_or_fail(e)
         self._cp_end, self._cp_committed = end, committed
 
@@ -483,8 +489,8 @@ class FileStore(FileCuts):
         self._check_writable()
         try:
             self._stable.save(state)
-        except OSError as e:
-            self._fail(e)
+        except OSError as e:  # the old state stands (written through a temp file)
+            self._transient_or_fail(e)
 
     @property
     def stable_unsaved(self) -> bool:
@@ -493,7 +499,8 @@ class FileStore(FileCuts):
 
     def persist_stable(self) -> None:
         """Make the current term, vote and recovery flag durable (any thread). OutOfFilesError when no
-        file descriptor is free: the state is then as before, and the call may be made again."""
+        file descriptor is free, DiskFullError when no space: the state on disk is then as before, and the
+        call may be made again."""
         try:
             self._stable.persist()
         except OSError as e:

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import StoreError
-from .vfs import OUT_OF_FILES, OsFiles
+from .vfs import NO_SPACE, OUT_OF_FILES, OsFiles
 
 NAME_DIGITS = 20
 SPARE_SUFFIX = ".spare"  # segments allocated ahead by earlier versions: removed at load
@@ -87,7 +87,7 @@ class SegmentList:
         self._fill_wanted = threading.Event()
         self._filler: threading.Thread | None = None
         self._closing = False
-        self.fill_error: BaseException | None = None  # the filler stopped (the appends still work)
+        self.fill_error: BaseException | None = None  # the filler's last failure (the appends still work)
         self.drop_error: OSError | None = None  # dropping cached pages stopped (see CACHE_BEHIND)
 
     # -- loading -------------------------------------------------------------------------------
@@ -259,15 +259,20 @@ class SegmentList:
         self._fill_wanted.set()
 
     def _fill(self) -> None:
-        try:
-            while not self._closing:
-                self._fill_wanted.wait()
-                self._fill_wanted.clear()
+        while not self._closing:
+            self._fill_wanted.wait()
+            self._fill_wanted.clear()
+            try:
                 while not self._closing and self._fill_chunk():
                     if self._filled - self._write_end > FILL_AHEAD // 2:
                         time.sleep(FILL_PAUSE_S)  # comfortably ahead: leave the disk to the appends
-        except OSError as e:  # e.g. ENOSPC: no more filling ahead; appends then allocate as they write
-            self.fill_error = e
+                self.fill_error = None
+            except OSError as e:  # appends allocate as they write meanwhile
+                self.fill_error = e
+                if e.errno not in NO_SPACE:
+                    return  # no more filling ahead
+                # A full disk: the writer's next wake-up tries again (the store refuses appends while
+                # disk use is past disk_full_ratio, so that is once it has room).
 
     def _fill_chunk(self) -> bool:
         """Allocate the next aligned chunk ahead of the writer, durably; False when the window is full.

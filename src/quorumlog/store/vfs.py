@@ -12,6 +12,9 @@ Buffer = bytes | bytearray | memoryview
 
 # No file descriptor left (per process, per system): transient, nothing was opened.
 OUT_OF_FILES = frozenset({errno.EMFILE, errno.ENFILE})
+# No space left (on the device, in the quota): transient where it hits a new file or a temp file, since
+# what was durable before stands; never after a write to the log (the page cache then holds data it lost).
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 class OsFiles:
