@@ -253,3 +253,62 @@ def test_no_space_for_the_checkpoint_keeps_the_old_one_and_the_store_goes_on(tmp
     s.close()
     with FileStore(tmp_path / "s", CFG) as again:
         assert again.end_index == end and again.committed_index == 4
+
+
+@pytest.mark.parametrize("nth", [1, 2, 3, 4, 5, 6])
+def test_no_space_in_an_append_that_took_nothing_refuses_it_and_the_store_goes_on(tmp_path: Path, nth: int) -> None:
+    """ENOSPC writing entries (a disk filled to its last block, where nothing was allocated ahead): before any
+    entry is taken the append is DiskFullError, the end unmoved, and the same append succeeds once there is
+    room; once part of a batch split at a segment end was taken, the store fails as on any write error."""
+    files = FaultyFiles()
+    ref = MemoryStore(CFG)
+    s = FileStore(tmp_path / "s", CFG, files=files)
+    while s.write_pos < CFG.data_segment_bytes - 3000:
+        b = [body(s.end_index + 1, 1000)]
+        s.append(b, 1)
+        ref.append(b, 1)
+    durable = s.flush()
+    big = [body(9000 + i, 2500) for i in range(3)]  # crosses the segment end: blank, then a new segment
+    ref.append(big, 1)
+    end, pos = s.end_index, s.write_pos
+    files.arm("pwrite", nth, errno.ENOSPC)
+    try:
+        s.append(big, 1)
+    except DiskFullError:
+        assert (s.end_index, s.write_pos) == (end, pos)
+        assert s.append(big, 1).first_index == end + 1
+        s.flush()
+        s.close()
+        _reopen_and_check(tmp_path / "s", ref, s.end_index).close()
+        return
+    except DiskError:
+        assert s.end_index > end, "failed although no entry was taken"
+        _assert_failed_stop(s, durable)
+        _reopen_and_check(tmp_path / "s", ref, durable).close()
+        return
+    assert files.fired == 0  # the batch needed fewer writes than nth: it simply succeeded
+    files.op = None
+    s.close()
+
+
+@pytest.mark.parametrize("nth", [1, 2])
+def test_no_space_in_a_follower_append_refuses_it_and_the_store_goes_on(tmp_path: Path, nth: int) -> None:
+    files = FaultyFiles()
+    leader = MemoryStore(CFG)
+    for b in _batches(0, 12):
+        leader.append(b, 1)
+    s = FileStore(tmp_path / "s", CFG, files=files)
+    raw, n = leader.read_raw(0, 5, 1 << 20)
+    s.append_encoded(raw)
+    end = s.end_index
+    raw, n = leader.read_raw(end + 1, 3, 1 << 20)
+    files.arm("pwrite", nth, errno.ENOSPC)
+    with pytest.raises(DiskFullError):
+        s.append_encoded(raw)
+    assert s.end_index == end
+    while s.end_index < leader.end_index:
+        raw, n = leader.read_raw(s.end_index + 1, 3, 1 << 20)
+        s.append_encoded(raw)
+    s.flush()
+    s.close()
+    _reopen_and_check(tmp_path / "s", leader, leader.end_index).close()

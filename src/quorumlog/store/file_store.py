@@ -274,7 +274,7 @@ class FileStore(FileCuts):
             try:
                 self._write_run(bodies, magic, first, term, wp, positions, metas)
             except OSError as e:
-                self._fail(e)
+                self._unwritten_or_fail(e, first)
         else:  # the batch crosses a segment end: split it where place() rolls over
             rolls = []  # (offset in bodies, position of the blank that ends the segment)
             for i, body in enumerate(bodies):
@@ -284,6 +284,7 @@ class FileStore(FileCuts):
                     rolls.append((i, wp))
                 wp = pos + size
             self._reserve(wp - 1, last)
+            wp0 = self._write_pos
             try:
                 start = 0
                 for i, blank_at in rolls:
@@ -296,7 +297,7 @@ class FileStore(FileCuts):
                 self._write_run(bodies[start:], magic, first + start, term, self._write_pos, positions,
                                 _shifted(metas, start, len(bodies)))
             except OSError as e:
-                self._fail(e)
+                self._unwritten_or_fail(e, first, wp0)
         self._heal()
         return Appended(first, term, positions)
 
@@ -327,6 +328,18 @@ class FileStore(FileCuts):
             raise OutOfFilesError(f"{self.dir}: no file descriptor free ({e.strerror}); nothing was written") \
                 from None
         if e.errno in NO_SPACE:
+            raise DiskFullError(f"{self.dir}: {e.strerror}; nothing was written") from None
+        self._fail(e)
+
+    def _unwritten_or_fail(self, e: OSError, first: int, write_pos: int | None = None) -> NoReturn:
+        """A write of entries from `first` failed. Out of space with none of them taken (the log's end not
+        moved: a batch split at a segment end takes its parts one by one) is DiskFullError: the bytes that
+        did land lie past the end, where the next append writes again and recovery would cut them; the write
+        position goes back to `write_pos` (past a blank written before the first part). Anything else fails
+        the store."""
+        if e.errno in NO_SPACE and self._end == first - 1:
+            if write_pos is not None:
+                self._write_pos = write_pos
             raise DiskFullError(f"{self.dir}: {e.strerror}; nothing was written") from None
         self._fail(e)
 
@@ -405,8 +418,8 @@ class FileStore(FileCuts):
                     wp = pos + size
                 self.data.write(chunk_pos, mv[chunk_off:])
             self._write_units(first, units)
-        except OSError as e:
-            self._fail(e)
+        except OSError as e:  # (nothing of the run is taken before all of it is written)
+            self._unwritten_or_fail(e, self._end + 1)
         last_off, last_pos, last_size, last_index, last_term, _m = run[-1]
         self._chain = int.from_bytes(mv[last_off + 36:last_off + 40], "big")
         self._write_pos = wp
