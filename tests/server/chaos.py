@@ -30,7 +30,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,7 +41,17 @@ from quorumlog.client import AsyncClient
 from quorumlog.errors import QuorumLogError
 from quorumlog.server.cluster import LocalCluster
 
-from .conftest import FAST_RAFT, SMALL_STORE, await_until, check_store, committed_entries, statuses
+from .conftest import (
+    FAST_RAFT,
+    SMALL_STORE,
+    await_until,
+    check_store,
+    committed_entries,
+    fill_disk,
+    fill_to_the_brim,
+    statuses,
+    tmpfs,
+)
 from .history import Op, check_history, record_appends
 from .netns import NetnsCluster, Network
 
@@ -57,7 +66,6 @@ PB_HA = {"ack": "sync", "controller": "ctl", "ha_heartbeat_interval_ms": 200, "h
 @dataclass
 class Nemesis:
     cluster: LocalCluster
-    admin: AsyncClient
     rng: random.Random
     raft: bool
     net: Network | None = None
@@ -66,6 +74,7 @@ class Nemesis:
     blocked: set[tuple[int, int]] = field(default_factory=set)  # (i, j): what i sends to j is dropped
     partitioned = False
     filled = False
+    admin: AsyncClient | None = None  # (the run's, once the cluster is up)
     down: set[int] = field(default_factory=set)  # killed or paused right now
     wiped: set[int] = field(default_factory=set)  # restarted empty, maybe not caught up yet
 
@@ -101,6 +110,7 @@ class Nemesis:
         if kind == "transfer":
             target = self.cluster.nodes[i].node_id
             try:
+                assert self.admin is not None
                 await asyncio.wait_for(self.admin.transfer_leader(target), 5)
                 self.done.append(f"transfer to {target}")
             except (TimeoutError, QuorumLogError, OSError) as e:
@@ -168,23 +178,19 @@ class Nemesis:
             return
         self.filled = True
         brim = self.rng.random() < 0.5
-        u = shutil.disk_usage(disk)
-        size = u.free if brim else max(u.free - int(u.total * 0.02), 1)  # past disk_full_ratio (0.90) at 98 %
-        fd = os.open(filler, os.O_CREAT | os.O_WRONLY, 0o600)
         try:
-            while size > 0:  # to the brim: as much as the file system still gives
-                try:
-                    os.posix_fallocate(fd, 0, size)
-                    break
-                except OSError:
-                    size -= max(size // 64, 4096)
+            if brim:
+                fill_to_the_brim(filler)
+            else:  # past disk_full_ratio (0.90): 98 % used
+                u = shutil.disk_usage(disk)
+                await fill_disk(filler, max(u.free - int(u.total * 0.02), 1))
             await asyncio.sleep(self.rng.uniform(0.5, 3.0))
         finally:
-            os.close(fd)
             filler.unlink(missing_ok=True)  # (a wipe may have deleted it)
         self.done.append(f"full ({'brim' if brim else 'past the ratio'}) {self.cluster.nodes[i].node_id}")
 
     async def _all_caught_up(self) -> bool:
+        assert self.admin is not None
         st = await statuses(self.admin, self.cluster)
         leaders = [s for s in st.values() if s["role"] == "leader"]
         return (len(st) == len(self.cluster.nodes) and len(leaders) == 1
@@ -248,59 +254,60 @@ async def run_chaos(root: Path, seconds: float, seed: int, raft: bool = True, wr
     else:  # beyond loopback: with the cluster secret
         cluster = NetnsCluster(root, 3, 1, secret=os.urandom(18).hex(), hosts=[net.host(i) for i in range(3)],
                                namespaces=net.nodes, **kwargs)
-    secret = cluster.secret
     mounts = [n.data_dir / "g0" for n in cluster.nodes] if disks else []
+    with contextlib.ExitStack() as unmount:
+        for m in mounts:
+            unmount.enter_context(tmpfs(m, DISK_MB))
+        try:
+            return await _run(cluster, seconds, seed, raft, writers, Nemesis(cluster, rng, raft, net, mounts or None))
+        finally:
+            cluster.stop(timeout=10)
+
+
+async def _run(cluster: LocalCluster, seconds: float, seed: int, raft: bool, writers: int,
+               nemesis: Nemesis) -> dict[str, Any]:
+    secret = cluster.secret
     ops: list[Op] = []
-    try:
-        for m in mounts:
-            m.mkdir(parents=True, exist_ok=True)
-            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(m)], check=True,
-                           capture_output=True, timeout=30)
-        cluster.start()
-        async with AsyncClient(cluster.endpoints, secret=secret) as admin:
-            await await_until(lambda: _settled(admin, cluster, raft), 30, "a first leader")
-            clients = [AsyncClient(cluster.endpoints, secret=secret, retry_timeout=30) for _ in range(writers)]
-            nemesis = Nemesis(cluster, admin, rng, raft, net, mounts or None)
-            try:
-                stop = asyncio.get_running_loop().time() + seconds
-                tasks = [record_appends(c, f"w{k}a", stop, ops) for k, c in enumerate(clients)]
-                tasks += [record_batches(c, f"w{k}b", stop, ops, random.Random(seed * 100 + k))
-                          for k, c in enumerate(clients)]
-                await asyncio.gather(nemesis.run(stop), *tasks)
-            finally:
-                for c in clients:
-                    await c.close()
-            cluster.start()  # every node back (a fault heals itself; this covers one that failed to)
-            leader = await await_until(lambda: _settled(admin, cluster, raft), 90,
-                                       "one leader, every replica holding its whole log, committed")
-            # A full disk past disk_clean_ratio expires old segments, on each node by its own disk: the logs are
-            # compared from the latest first index.
-            begin = max(s["begin_index"] for s in (await statuses(admin, cluster)).values())
-            logs = {}
-            for node in cluster.nodes:
-                entries = await committed_entries(node.address, begin, secret=secret)
-                logs[node.node_id] = [(i, b) for i, b in entries if b]
-            log = logs[leader]
-            for nid, other in logs.items():
-                assert other == log, f"{nid}'s committed log differs from the leader's ({len(other)} and {len(log)})"
-            assert begin == 0 or disks, f"entries before {begin} expired"
-            summary = check_history(ops, log, begin)
-        exits = cluster.stop()
-        assert all(code == 0 for code in exits.values()), f"a node did not stop cleanly: {exits}"
+    cluster.start()
+    async with AsyncClient(cluster.endpoints, secret=secret) as admin:
+        nemesis.admin = admin
+        await await_until(lambda: _settled(admin, cluster, raft), 30, "a first leader")
+        clients = [AsyncClient(cluster.endpoints, secret=secret, retry_timeout=30) for _ in range(writers)]
+        try:
+            stop = asyncio.get_running_loop().time() + seconds
+            tasks = [record_appends(c, f"w{k}a", stop, ops) for k, c in enumerate(clients)]
+            tasks += [record_batches(c, f"w{k}b", stop, ops, random.Random(seed * 100 + k))
+                      for k, c in enumerate(clients)]
+            await asyncio.gather(nemesis.run(stop), *tasks)
+        finally:
+            for c in clients:
+                await c.close()
+        cluster.start()  # every node back (a fault heals itself; this covers one that failed to)
+        leader = await await_until(lambda: _settled(admin, cluster, raft), 90,
+                                   "one leader, every replica holding its whole log, committed")
+        # A full disk past disk_clean_ratio expires old segments, on each node by its own disk: the logs are
+        # compared from the latest first index.
+        begin = max(s["begin_index"] for s in (await statuses(admin, cluster)).values())
+        logs = {}
         for node in cluster.nodes:
-            for g in cluster.group_names:
-                check_store(node.data_dir / g / node.node_id)
-        crashed = [n.node_id for n in cluster.nodes if "Traceback" in n.log_path.read_text(errors="replace")]
-        assert not crashed, f"a traceback in the log of {crashed}"
-        summary.update(appends=len(ops), faults=len(nemesis.done), log=len(log),
-                       kinds={k: sum(d.startswith(k) for d in nemesis.done)
-                              for k in ("kill", "pause", "wipe", "transfer", "partition", "full")})
-        return summary
-    finally:
-        cluster.stop(timeout=10)
-        for m in mounts:
-            with contextlib.suppress(subprocess.SubprocessError):
-                subprocess.run(["umount", "-l", str(m)], check=True, capture_output=True, timeout=30)
+            entries = await committed_entries(node.address, begin, secret=secret)
+            logs[node.node_id] = [(i, b) for i, b in entries if b]
+        log = logs[leader]
+        for nid, other in logs.items():
+            assert other == log, f"{nid}'s committed log differs from the leader's ({len(other)} and {len(log)})"
+        assert begin == 0 or nemesis.disks, f"entries before {begin} expired"
+        summary = check_history(ops, log, begin)
+    exits = cluster.stop()
+    assert all(code == 0 for code in exits.values()), f"a node did not stop cleanly: {exits}"
+    for node in cluster.nodes:
+        for g in cluster.group_names:
+            check_store(node.data_dir / g / node.node_id)
+    crashed = [n.node_id for n in cluster.nodes if "Traceback" in n.log_path.read_text(errors="replace")]
+    assert not crashed, f"a traceback in the log of {crashed}"
+    summary.update(appends=len(ops), faults=len(nemesis.done), log=len(log),
+                   kinds={k: sum(d.startswith(k) for d in nemesis.done)
+                          for k in ("kill", "pause", "wipe", "transfer", "partition", "full")})
+    return summary
 
 
 def main() -> int:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -189,6 +190,43 @@ def disk_full_past(node: LocalNode, ratio: float) -> str:
     node.config_path.write_text(text.replace(
         "[store]\n", f"[store]\ndisk_clean_ratio = {ratio!r}\ndisk_full_ratio = {ratio!r}\n", 1))
     return text
+
+
+def tmpfs_unavailable(where: Path) -> str | None:
+    """Why a tmpfs cannot be mounted here (a test's own small file system, to fill), or None."""
+    try:
+        with tmpfs(where, 1):
+            return None
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"cannot mount a tmpfs (needs root): {e}"
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, mb: int) -> Iterator[Path]:
+    """A tmpfs of `mb` MiB mounted at `path` (made if missing) for the block; unmounted after it."""
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mb}m", "tmpfs", str(path)], check=True, capture_output=True,
+                   timeout=30)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
+
+
+def fill_to_the_brim(filler: Path) -> int:
+    """Allocate every block the file system at `filler` still gives (ENOSPC for anything after); the size."""
+    size = shutil.disk_usage(filler.parent).free
+    fd = os.open(filler, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        while size > 0:
+            try:
+                os.posix_fallocate(fd, 0, size)
+                return size
+            except OSError:
+                size -= max(size // 64, 4096)
+        return 0
+    finally:
+        os.close(fd)
 
 
 async def fill_disk(filler: Path, size: int = 512 << 20) -> None:

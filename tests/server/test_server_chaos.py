@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from .chaos import run_chaos
+from .conftest import tmpfs_unavailable
 from .netns import Network, unavailable
 
 
@@ -46,17 +47,6 @@ def network() -> Iterator[Network]:
         net.destroy()
 
 
-def _can_mount_tmpfs(where: Path) -> bool:
-    where.mkdir()
-    try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], check=True, capture_output=True,
-                       timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    subprocess.run(["umount", str(where)], check=True, capture_output=True, timeout=30)
-    return True
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("raft", [True, False], ids=["raft", "primary-backup"])
 def test_chaos_with_partitions_and_full_disks_loses_nothing_acknowledged(tmp_path: Path, network: Network,
@@ -64,7 +54,7 @@ def test_chaos_with_partitions_and_full_disks_loses_nothing_acknowledged(tmp_pat
     """The nodes in network namespaces (netns.py), so partitions join the faults: a node cut off, a pair cut,
     one direction dropped; and each node's data on a tmpfs of its own (when this machine lets us mount one),
     so full disks do too: past disk_full_ratio, or to the brim."""
-    disks = _can_mount_tmpfs(tmp_path / "probe")
+    disks = tmpfs_unavailable(tmp_path / "probe") is None
     s = asyncio.run(run_chaos(tmp_path / "run", 20.0, 20261128 + raft, raft=raft, net=network, disks=disks))
     assert s["acked"] > 100 and s["kinds"]["partition"] >= 1 and (s["kinds"]["full"] >= 1 or not disks), s
     print(f"chaos with partitions{' and full disks' if disks else ''}: {s}")

@@ -21,9 +21,12 @@ from .conftest import (
     committed_entries,
     disk_full_past,
     fill_disk,
+    fill_to_the_brim,
     make_leader,
     node_index,
     statuses,
+    tmpfs,
+    tmpfs_unavailable,
     wait_leader,
 )
 
@@ -252,3 +255,49 @@ def test_a_leader_whose_disk_fills_hands_leadership_to_a_follower_and_writes_go_
 async def _is_leader(c: AsyncClient, cluster: LocalCluster, node_id: str) -> bool:
     st = await statuses(c, cluster)
     return st.get(node_id, {}).get("role") == "leader"
+
+
+def test_a_follower_whose_disk_is_full_to_the_brim_lives_through_an_election(cluster_factory: Any,
+                                                                            tmp_path: Any) -> None:
+    """n0's data is on a small file system of its own, filled to its last block; then its leader dies. n0's
+    new term and vote cannot be written (ENOSPC): it holds what depends on them and tries again, instead of
+    failing its store and exiting as it did. With no vote durable nowhere but at n2, no leader can be
+    elected; once n0 has room, one is, and every acknowledged append is there."""
+    reason = tmpfs_unavailable(tmp_path / "probe")
+    if reason:
+        pytest.skip(reason)
+    cluster = cluster_factory(start=False)
+    n0 = cluster.nodes[0]
+    with tmpfs(n0.data_dir / "g0", 64):
+        filler = n0.data_dir / "g0" / ".filler"
+        try:
+            cluster.start()
+
+            async def main() -> None:
+                async with AsyncClient(cluster.endpoints, retry_timeout=20) as c:
+                    await make_leader(c, cluster, "n1")
+                    acked = await _append_all(c, "before", 20)
+                    await await_until(lambda: _holds(c, cluster, "n0", max(acked)), 20, "n0 to hold every entry")
+                    fill_to_the_brim(filler)
+                    cluster.kill(1)
+                    await asyncio.sleep(2.0)  # elections: n0 takes a new term it cannot write
+                    assert n0.alive, "n0 exited on its full disk"
+                    assert "cannot write the term and vote yet" in n0.log_path.read_text()
+                    st = await statuses(c, cluster)
+                    assert not any(doc["role"] == "leader" for doc in st.values()), st
+                    filler.unlink()
+                    acked.update(await _append_all(c, "after", 20))  # retried until a leader is elected
+                    cluster.start(1)
+                    for i, body in acked.items():
+                        assert (await c.get(i)).body == body
+                assert all(n.alive for n in cluster.nodes)
+                assert "the term and vote are written" in n0.log_path.read_text()
+
+            asyncio.run(main())
+        finally:
+            cluster.stop(timeout=10)
+            filler.unlink(missing_ok=True)
+
+
+async def _holds(c: AsyncClient, cluster: LocalCluster, node_id: str, index: int) -> bool:
+    return (await statuses(c, cluster)).get(node_id, {}).get("end_index", -1) >= index

@@ -175,6 +175,7 @@ class Group:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"flush-{cfg.name}")
         self.inbox: list[PeerMessage] = []
         self._held: list[PeerMessage] | None = None  # messages waiting for a term or vote to be durable
+        self._stable_retrying = False  # the term and vote could not be written (logged once per stretch)
         self.appends: list[_Append] = []
         self._transfers: dict[int, tuple[Connection, Frame]] = {}
         self._next_rid = 1
@@ -299,12 +300,18 @@ class Group:
             return
         error = fut.exception()
         if isinstance(error, DiskFullError):  # no descriptor or no space free: try again soon, still holding
-            log.warning("group %s: cannot write the term and vote yet: %s", self.name, error)
+            if not self._stable_retrying:
+                log.warning("group %s: cannot write the term and vote yet (trying again every %.1f s): %s",
+                            self.name, STABLE_RETRY_S, error)
+            self._stable_retrying = True
             self._loop.call_later(STABLE_RETRY_S, self._persist_stable)
             return
         if error is not None:  # the store failed its fsync: fail-stop
             self._on_fatal(error)
             return
+        if self._stable_retrying:
+            self._stable_retrying = False
+            log.warning("group %s: the term and vote are written", self.name)
         if self.store.stable_unsaved:  # the term moved on meanwhile: write that too, still holding
             self._persist_stable()
             return
