@@ -241,7 +241,7 @@ async def _settled(admin: AsyncClient, cluster: LocalCluster, raft: bool) -> str
 
 
 async def run_chaos(root: Path, seconds: float, seed: int, raft: bool = True, writers: int = 3,
-                    net: Network | None = None, disks: bool = False) -> dict[str, Any]:
+                    net: Network | None = None, disks: bool = False, nodes: int = 3) -> dict[str, Any]:
     """One chaos run in `root` (with `net`, created: the nodes in its namespaces, and partitions; with
     `disks`, each node's data group on a tmpfs of its own, and full disks); raises AssertionError on any
     violation; returns a summary."""
@@ -250,10 +250,11 @@ async def run_chaos(root: Path, seconds: float, seed: int, raft: bool = True, wr
     if not raft:
         kwargs.update(replication="primary-backup", ha=PB_HA)
     if net is None:
-        cluster: LocalCluster = LocalCluster(root, 3, 1, **kwargs)
+        cluster: LocalCluster = LocalCluster(root, nodes, 1, **kwargs)
     else:  # beyond loopback: with the cluster secret
-        cluster = NetnsCluster(root, 3, 1, secret=os.urandom(18).hex(), hosts=[net.host(i) for i in range(3)],
-                               namespaces=net.nodes, **kwargs)
+        assert len(net.nodes) == nodes
+        cluster = NetnsCluster(root, nodes, 1, secret=os.urandom(18).hex(),
+                               hosts=[net.host(i) for i in range(nodes)], namespaces=net.nodes, **kwargs)
     mounts = [n.data_dir / "g0" for n in cluster.nodes] if disks else []
     with contextlib.ExitStack() as unmount:
         for m in mounts:
@@ -319,16 +320,18 @@ def main() -> int:
     p.add_argument("--keep", action="store_true", help="keep the data dirs and logs of a failed run")
     p.add_argument("--net", action="store_true", help="nodes in network namespaces, with partitions (root)")
     p.add_argument("--disks", action="store_true", help="each node's data on a tmpfs, with full disks (root)")
+    p.add_argument("--nodes", type=int, default=3)
     a = p.parse_args()
     failed = 0
     for seed in range(a.seed, a.seed + a.runs):
         root = Path(tempfile.mkdtemp(prefix=f"quorumlog-chaos-{seed}-"))
         t = time.monotonic()
-        net = Network() if a.net else None
+        net = Network(a.nodes) if a.net else None
         try:
             if net is not None:
                 net.create()
-            s = asyncio.run(run_chaos(root, a.seconds, seed, raft=a.mode == "raft", net=net, disks=a.disks))
+            s = asyncio.run(run_chaos(root, a.seconds, seed, raft=a.mode == "raft", net=net, disks=a.disks,
+                                      nodes=a.nodes))
             print(f"seed {seed}: ok in {time.monotonic() - t:.0f} s: {s}", flush=True)
             shutil.rmtree(root)
         except AssertionError as e:

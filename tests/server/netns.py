@@ -32,12 +32,12 @@ class Network:
     the root namespace (<subnet>.254) into the switch. `<tag>` holds the pid and a run number, and the
     /24 is one of 10.213.1-250.0/24 no interface of the root namespace uses yet."""
 
-    def __init__(self) -> None:
+    def __init__(self, nodes: int = NODES) -> None:
         _reap_stale()
         run = next(_runs)
         self.tag = f"qlt{os.getpid()}-{run}"
         self.switch = f"{self.tag}-sw"
-        self.nodes = [f"{self.tag}-n{i}" for i in range(NODES)]
+        self.nodes = [f"{self.tag}-n{i}" for i in range(nodes)]
         self.uplink = f"qlr{os.getpid()}x{run}"[:15]  # the root namespace's end; interface names have 15 chars
         self.subnet = _free_subnet(os.getpid() + run)
         self.made: list[str] = []
