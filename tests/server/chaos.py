@@ -14,11 +14,13 @@ role, at any time, and faults overlap (two nodes down: no quorum for a while):
   still reach every node, so a cut-off leader goes on receiving appends;
 - full (with --disks: each node's data group on a tmpfs of its own): a file takes that file system past
   disk_full_ratio, or to its brim (every block: ENOSPC wherever the store has not allocated ahead), and is
-  deleted 0.5-3 s later.
+  deleted 0.5-3 s later;
+- corrupt (with --corrupt): SIGKILL, one bit flipped anywhere in the written part of the data group's
+  log, restarted: bit rot at rest, on one node at a time, while every other holds the committed log.
 
 Used by tests/server/test_server_chaos.py for a short run; for a long hunt:
 
-    python -m tests.server.chaos --seconds 600 --seed 7 [--mode pb] [--net] [--disks]
+    python -m tests.server.chaos --seconds 600 --seed 7 [--mode pb] [--net] [--disks] [--corrupt]
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class Nemesis:
     raft: bool
     net: Network | None = None
     disks: list[Path] | None = None  # node i's data group's file system (a tmpfs), for the full fault
+    corrupt: bool = False
     done: list[str] = field(default_factory=list)
     blocked: set[tuple[int, int]] = field(default_factory=set)  # (i, j): what i sends to j is dropped
     partitioned = False
@@ -94,7 +97,7 @@ class Nemesis:
     async def _one(self) -> None:
         n = len(self.cluster.nodes)
         kinds = ["kill", "pause", "wipe"] + (["transfer"] if self.raft else []) + (["partition"] if self.net else [])
-        kinds += ["full"] if self.disks else []
+        kinds += (["full"] if self.disks else []) + (["corrupt"] if self.corrupt else [])
         kind = self.rng.choice(kinds)
         if self.net is not None and not self.partitioned:
             kind = "partition"  # the first fault, so that even a short run has one
@@ -118,7 +121,7 @@ class Nemesis:
             return
         if i in self.down or len(self.down) >= n - 1:  # never every node at once: something must lead
             return
-        if kind == "wipe" and (self.down or self.wiped or not await self._all_caught_up()):
+        if kind in ("wipe", "corrupt") and (self.down or self.wiped or not await self._all_caught_up()):
             kind = "kill"
         self.down.add(i)
         node = self.cluster.nodes[i]
@@ -137,12 +140,16 @@ class Nemesis:
                         if d.is_dir():
                             shutil.rmtree(d, ignore_errors=True)
                     self.wiped.add(i)
+                if kind == "corrupt":
+                    where = flip_a_bit(node.data_dir / "g0" / node.node_id / "data", self.rng)
+                    kind = f"corrupt ({where})"
+                    self.wiped.add(i)
                 await asyncio.sleep(self.rng.uniform(0.2, 2.0))
                 self.cluster.start(i)
             self.done.append(f"{kind} {node.node_id}")
         finally:
             self.down.discard(i)
-        if kind == "wipe":
+        if kind == "wipe" or kind.startswith("corrupt"):
             await self._until_caught_up(i)
 
     async def _partition(self, i: int) -> None:
@@ -208,6 +215,25 @@ class Nemesis:
         self.wiped.discard(i)
 
 
+def flip_a_bit(data: Path, rng: random.Random) -> str:
+    """Flip one random bit in the written part (up to the last non-zero byte) of a random data segment."""
+    written = []
+    for seg in sorted(data.glob("[0-9]*")):
+        used = len(seg.read_bytes().rstrip(b"\0"))
+        if used:
+            written.append((seg, used))
+    if not written:
+        return "nothing written"
+    seg, used = rng.choice(written)
+    at, bit = rng.randrange(used), rng.randrange(8)
+    with open(seg, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ (1 << bit)]))
+    return f"{seg.name} byte {at} bit {bit}"
+
+
 async def record_batches(c: AsyncClient, name: str, stop: float, ops: list[Op], rng: random.Random) -> None:
     """Like record_appends, in batches of 1-20 (one request, one wait, one outcome for the batch)."""
     n = 0
@@ -228,6 +254,19 @@ async def record_batches(c: AsyncClient, name: str, stop: float, ops: list[Op], 
             op.completed = t
 
 
+async def _committed(addr: str, begin: int, secret: str | None) -> list[tuple[int, bytes]]:
+    """committed_entries, asked again (bounded) while a read finds a damaged entry the node is fetching again."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while True:
+        try:
+            return await committed_entries(addr, begin, secret=secret)
+        except QuorumLogError:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
 async def _settled(admin: AsyncClient, cluster: LocalCluster, raft: bool) -> str | None:
     """The leader's id once one leads, every node answers and holds the leader's whole log, committed."""
     st = await statuses(admin, cluster)
@@ -241,7 +280,8 @@ async def _settled(admin: AsyncClient, cluster: LocalCluster, raft: bool) -> str
 
 
 async def run_chaos(root: Path, seconds: float, seed: int, raft: bool = True, writers: int = 3,
-                    net: Network | None = None, disks: bool = False, nodes: int = 3) -> dict[str, Any]:
+                    net: Network | None = None, disks: bool = False, nodes: int = 3,
+                    corrupt: bool = False) -> dict[str, Any]:
     """One chaos run in `root` (with `net`, created: the nodes in its namespaces, and partitions; with
     `disks`, each node's data group on a tmpfs of its own, and full disks); raises AssertionError on any
     violation; returns a summary."""
@@ -260,7 +300,8 @@ async def run_chaos(root: Path, seconds: float, seed: int, raft: bool = True, wr
         for m in mounts:
             unmount.enter_context(tmpfs(m, DISK_MB))
         try:
-            return await _run(cluster, seconds, seed, raft, writers, Nemesis(cluster, rng, raft, net, mounts or None))
+            nemesis = Nemesis(cluster, rng, raft, net, mounts or None, corrupt)
+            return await _run(cluster, seconds, seed, raft, writers, nemesis)
         finally:
             cluster.stop(timeout=10)
 
@@ -291,7 +332,7 @@ async def _run(cluster: LocalCluster, seconds: float, seed: int, raft: bool, wri
         begin = max(s["begin_index"] for s in (await statuses(admin, cluster)).values())
         logs = {}
         for node in cluster.nodes:
-            entries = await committed_entries(node.address, begin, secret=secret)
+            entries = await _committed(node.address, begin, secret)
             logs[node.node_id] = [(i, b) for i, b in entries if b]
         log = logs[leader]
         for nid, other in logs.items():
@@ -307,7 +348,7 @@ async def _run(cluster: LocalCluster, seconds: float, seed: int, raft: bool, wri
     assert not crashed, f"a traceback in the log of {crashed}"
     summary.update(appends=len(ops), faults=len(nemesis.done), log=len(log),
                    kinds={k: sum(d.startswith(k) for d in nemesis.done)
-                          for k in ("kill", "pause", "wipe", "transfer", "partition", "full")})
+                          for k in ("kill", "pause", "wipe", "transfer", "partition", "full", "corrupt")})
     return summary
 
 
@@ -321,6 +362,7 @@ def main() -> int:
     p.add_argument("--net", action="store_true", help="nodes in network namespaces, with partitions (root)")
     p.add_argument("--disks", action="store_true", help="each node's data on a tmpfs, with full disks (root)")
     p.add_argument("--nodes", type=int, default=3)
+    p.add_argument("--corrupt", action="store_true", help="bit flips in a stopped node's log")
     a = p.parse_args()
     failed = 0
     for seed in range(a.seed, a.seed + a.runs):
@@ -331,7 +373,7 @@ def main() -> int:
             if net is not None:
                 net.create()
             s = asyncio.run(run_chaos(root, a.seconds, seed, raft=a.mode == "raft", net=net, disks=a.disks,
-                                      nodes=a.nodes))
+                                      nodes=a.nodes, corrupt=a.corrupt))
             print(f"seed {seed}: ok in {time.monotonic() - t:.0f} s: {s}", flush=True)
             shutil.rmtree(root)
         except AssertionError as e:

@@ -6,14 +6,25 @@ from __future__ import annotations
 import asyncio
 import random
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from quorumlog.client import AsyncClient
+from quorumlog.store.file_store import store_dir
 
-from .conftest import await_until, committed_entries, disk_full_past, fill_disk, node_index, statuses, wait_leader
+from .conftest import (
+    SMALL_STORE,
+    await_until,
+    committed_entries,
+    disk_full_past,
+    fill_disk,
+    node_index,
+    statuses,
+    wait_leader,
+)
 from .history import Op, check_history, fault_leaders, record_appends
 
 HA = {"ack": "sync", "controller": "ctl", "ha_heartbeat_interval_ms": 200, "ha_ack_timeout_ms": 800,
@@ -193,5 +204,54 @@ def test_a_primary_whose_disk_is_replaced_never_leads_empty_and_an_in_sync_backu
                 bodies = dict(await committed_entries(node.address))
                 assert all(bodies.get(i) == b for i, b in acked.items()), f"{node.node_id} lacks acknowledged entries"
             assert new in ("n1", "n2")
+
+    asyncio.run(main())
+
+
+def test_a_primary_whose_log_rotted_while_down_never_leads_with_it_and_catches_up(cluster_factory: Any) -> None:
+    """One bit of an old entry's header in n0's log flipped while n0, the primary, was down (below its
+    checkpoint: recovery does not read there). Rebuilding its producer table met it and the node failed to
+    start. Now it cuts its log there and is `recovering`, as after a replaced disk: an in-sync backup is
+    elected in its place, n0 follows it, fetches what it cut, and every acknowledged append is on every
+    node."""
+    cluster = cluster_factory(replication="primary-backup", ha={**HA, "failover_timeout_ms": 5000})
+
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints, retry_timeout=30) as c:
+            async def in_sync() -> bool:
+                s = (await statuses(c, cluster)).get("n0", {})
+                return bool(s.get("confirmed")) and sorted(s.get("in_sync", ())) == ["n1", "n2"]
+
+            await await_until(in_sync, 20, "n0 a confirmed primary with both backups in sync")
+            acked = {(await c.append(f"a{i}".encode())).index: f"a{i}".encode() for i in range(50)}
+            entry = await c.get(sorted(acked)[10])
+            assert cluster.kill(0, signal.SIGTERM) == 0  # a clean stop: its checkpoint covers the whole log
+            seg_bytes = SMALL_STORE["data_segment_bytes"]
+            seg = Path(store_dir(cluster.nodes[0].data_dir, "g0", "n0")) / "data" / \
+                f"{entry.pos - entry.pos % seg_bytes:020d}"
+            with open(seg, "r+b") as f:  # the low byte of the header's entry size
+                f.seek(entry.pos % seg_bytes + 7)
+                byte = f.read(1)[0]
+                f.seek(-1, 1)
+                f.write(bytes([byte ^ 0x40]))
+            cluster.start(0)
+
+            async def replaced() -> str | None:
+                st = await statuses(c, cluster)
+                new = [n for n, s in st.items() if s["role"] == "leader" and s["confirmed"]]
+                return new[0] if new and new[0] != "n0" else None
+
+            new = await await_until(replaced, 30, "an in-sync backup elected in n0's place")
+            acked.update({(await c.append(f"b{i}".encode())).index: f"b{i}".encode() for i in range(20)})
+
+            async def n0_caught_up() -> bool:
+                s = (await statuses(c, cluster)).get("n0", {})
+                return not s.get("recovering", True) and s.get("committed_index") == max(acked)
+
+            await await_until(n0_caught_up, 30, "n0 caught up and cleared")
+            for node in cluster.nodes:
+                bodies = dict(await committed_entries(node.address))
+                assert all(bodies.get(i) == b for i, b in acked.items()), f"{node.node_id} lacks acknowledged entries"
+            assert new in ("n1", "n2") and all(n.alive for n in cluster.nodes)
 
     asyncio.run(main())

@@ -44,7 +44,7 @@ class HaNode:
         self.config = raft
         self.stats: Counter[str] = Counter()
         self.producers = ProducerTable(raft.producer_window, raft.producer_idle_ms)
-        self.producers.rebuild(store)
+        self.producers.rebuild(store, self._cut_damaged)
         self.epoch, primary = store.load_vote()
         if self.epoch == 0:  # a new group: epoch 1 led by the configured primary
             self.epoch, primary = 1, cfg.primary
@@ -211,6 +211,19 @@ class HaNode:
             self.backup.next_try = now_ms
         self.stats["corrupt_reads"] += 1
         return out
+
+    def _cut_damaged(self, error: CorruptEntryError) -> None:
+        """At start, an entry failed its checks (bit rot below the checkpoint, which recovery does not
+        read): cut the log before it, to be streamed again. The log may have lost acknowledged entries, so
+        it is `recovering`, as a replaced disk: it never leads with that log, and with a controller it
+        leaves the in-sync set until it holds them again (server/controller.py). Without a controller a
+        primary stays withheld for an operator to promote a backup."""
+        index = error.index if error.index is not None else self.store.begin_index
+        self.store.discard_after(max(index, self.store.begin_index) - 1)
+        epoch, primary = self.store.load_vote()
+        if self.cfg.controller is not None or (primary if epoch else self.cfg.primary) == self.node_id:
+            self.store.set_recovering(True)  # (a backup without a controller: its primary drops it, as lost)
+        self.stats["corrupt_entries_cut_at_start"] += 1
 
     # -- epochs ------------------------------------------------------------------------------------
     def promote(self, epoch: int, now_ms: int, isr: set[str] | None = None) -> Ready:

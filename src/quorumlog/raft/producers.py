@@ -27,9 +27,10 @@ tail) at start and before it leads. So a retry always finds its original whole, 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..entry import HEADER, HEADER_SIZE, META_SIZE, unpack_meta
+from ..errors import CorruptEntryError
 from ..store.base import LogStore
 
 NEW = 0
@@ -172,10 +173,22 @@ class ProducerTable:
         self._firsts.clear()
         self._lasts.clear()
 
-    def rebuild(self, store: LogStore) -> None:
-        """Read the whole log's metadata (at start: the table is not persisted apart from the log)."""
-        self.clear()
-        self.scan(store, store.begin_index, store.end_index)
+    def rebuild(self, store: LogStore, on_corrupt: Callable[[CorruptEntryError], None] | None = None) -> None:
+        """Read the whole log's metadata (at start: the table is not persisted apart from the log). The first
+        full read since the store opened (recovery checks only the entries after its checkpoint): an entry that
+        fails its checks is handed to `on_corrupt`, which cuts the log before it, and the read starts again."""
+        while True:
+            self.clear()
+            try:
+                self.scan(store, store.begin_index, store.end_index)
+                return
+            except CorruptEntryError as e:
+                end = store.end_index
+                if on_corrupt is None or e.index is None:
+                    raise
+                on_corrupt(e)
+                if store.end_index >= end:
+                    raise  # nothing was cut: it would be met again
 
     def scan(self, store: LogStore, first: int, last: int) -> None:
         """Record the requests that begin in first..last, walking headers only, and jumping over the rest
