@@ -302,6 +302,11 @@ async def run_chaos(root: Path, seconds: float, seed: int, raft: bool = True, wr
         try:
             nemesis = Nemesis(cluster, rng, raft, net, mounts or None, corrupt)
             return await _run(cluster, seconds, seed, raft, writers, nemesis)
+        except AssertionError:
+            cluster.stop(timeout=10)
+            for m in mounts:  # the stores, before their file systems go (for --keep)
+                shutil.copytree(m, m.parent / f"{m.name}.kept", symlinks=True)
+            raise
         finally:
             cluster.stop(timeout=10)
 

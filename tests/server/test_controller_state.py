@@ -69,3 +69,19 @@ def test_a_hand_off_request_needs_the_epoch_and_primary_and_an_election_ends_it(
     assert s.apply(encode_command(HAND_OFF, "g0", 1, 1, "n0", {"n2"})) == "g0"
     assert s.apply(encode_command(ELECT, "g0", 1, 2, "n2", {"n2"})) == "g0"
     assert s.groups["g0"].hand_off == "" and s.groups["g0"].primary == "n2"
+
+
+def test_an_election_made_from_an_older_record_is_a_no_op() -> None:
+    """Chaos run (primary/backup, partitions and full disks, seed 1002): a primary that restarted asked to be
+    elected again with the in-sync set of a record it had not caught up with; the set had lost n0 since
+    (it fell behind), the election put n0 back, and the next failover elected n0 without entries
+    acknowledged meanwhile. An election names the record version it was made from, as an in-sync change
+    does, and applies only to that version."""
+    s = _state()
+    assert s.apply(encode_command(ISR, "g0", 0, 1, "n0", set())) == "g0"  # version 1: nobody in sync
+    stale = encode_command(ELECT, "g0", 1, 2, "n0", {"n1", "n2"}, version=0)
+    assert s.apply(stale) is None and s.groups["g0"].epoch == 1
+    fresh = encode_command(ELECT, "g0", 1, 2, "n0", set(), version=1)
+    assert s.apply(fresh) == "g0" and s.groups["g0"].isr == frozenset() and s.groups["g0"].epoch == 2
+    # A record written before elections named a version still applies as it did (epoch only).
+    assert s.apply(encode_command(ELECT, "g0", 2, 3, "n1", {"n2"})) == "g0" and s.groups["g0"].isr == {"n2"}

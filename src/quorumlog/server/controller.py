@@ -7,9 +7,12 @@ The record is a state machine over the controller group's committed log. Every c
 from, so a late duplicate of an old change cannot undo a newer one) and is
 applied by every node in log order, so nodes that proposed concurrently, twice, or from a stale view
 cannot disagree: a command whose condition fails is a no-op. Commands are entry bodies of the
-controller group: PREFIX + msgpack [kind, group, prev, epoch, primary, in-sync set], `prev` being the
-epoch an election replaces or the record version an in-sync change was made from. A hand-off request
-names the asking primary's epoch and the backup it asks for (or none, withdrawn) in place of the set.
+controller group: PREFIX + msgpack [kind, group, prev, epoch, primary, in-sync set(, version)], `prev`
+being the epoch an election replaces or the record version an in-sync change was made from. An election
+also names the record version it was made from, and applies only to it: its in-sync set comes from the
+proposer's view, and a stale view put back a member that had left the set for lacking entries (a
+record written before elections named a version applies on the epoch alone). A hand-off request names
+the asking primary's epoch and the backup it asks for (or none, withdrawn) in place of the set.
 
 On each node, `Controller.tick` applies what the controller group committed, then:
 - makes each hosted primary/backup group follow the record (a new epoch: promote or follow);
@@ -64,8 +67,10 @@ class Assignment:
     hand_off: str = ""  # the in-sync backup the primary, its disk full, asked to be elected in its place
 
 
-def encode_command(kind: str, group: str, prev_epoch: int, epoch: int, primary: str, isr: set[str]) -> bytes:
-    return PREFIX + msgpack.packb([kind, group, prev_epoch, epoch, primary, sorted(isr)])
+def encode_command(kind: str, group: str, prev_epoch: int, epoch: int, primary: str, isr: set[str],
+                   version: int | None = None) -> bytes:
+    fields = [kind, group, prev_epoch, epoch, primary, sorted(isr)]
+    return PREFIX + msgpack.packb(fields if version is None else [*fields, version])
 
 
 class ControllerState:
@@ -81,13 +86,14 @@ class ControllerState:
         if not body.startswith(PREFIX):
             return None
         try:
-            kind, group, prev, epoch, primary, isr = msgpack.unpackb(body[len(PREFIX):])
+            kind, group, prev, epoch, primary, isr, *more = msgpack.unpackb(body[len(PREFIX):])
         except (ValueError, TypeError, msgpack.UnpackException):
             return None
+        version = more[0] if len(more) == 1 else None
         # Anything with append rights on the controller group can write here: a body of the wrong shape is
         # no command (raising would stop every node applying the record at this entry, for good).
         if not (isinstance(kind, str) and isinstance(group, str) and isinstance(primary, str)
-                and type(prev) is int and type(epoch) is int
+                and type(prev) is int and type(epoch) is int and len(more) <= 1 and type(version) in (int, type(None))
                 and isinstance(isr, list) and all(isinstance(m, str) for m in isr)):
             return None
         cur = self.groups.get(group)
@@ -100,7 +106,7 @@ class ControllerState:
             self.untouched.discard(group)
             return group
         blind = self.trust_first and group in self.untouched
-        elected = kind == ELECT and cur.epoch == prev and epoch == prev + 1
+        elected = kind == ELECT and cur.epoch == prev and epoch == prev + 1 and version in (None, cur.version)
         changed = kind == ISR and cur.version == prev and cur.epoch == epoch and cur.primary == primary
         if not (blind or elected or changed):
             return None
@@ -210,7 +216,8 @@ class Controller:
                 self._propose(g.name, ISR, encode_command(ISR, g.name, a.version, a.epoch, me, want), now)
         elif not node.confirmed and a.epoch == node.epoch and a.primary == me:
             # Primary by its own store (a restart): be elected again, in a new epoch, or learn otherwise.
-            self._propose(g.name, ELECT, encode_command(ELECT, g.name, a.epoch, a.epoch + 1, me, set(a.isr)), now)
+            self._propose(g.name, ELECT, encode_command(ELECT, g.name, a.epoch, a.epoch + 1, me, set(a.isr), a.version),
+                          now)
 
     def _vouched(self, g: Group, node: HaNode, a: Assignment, now: int) -> bool:
         """A node that started on a pristine store (new, or a replaced disk) and the record: True once the
@@ -232,14 +239,14 @@ class Controller:
         others = set(a.isr) - {me}
         if a.primary == me and others:
             if self._propose(g.name, ELECT, encode_command(ELECT, g.name, a.epoch, a.epoch + 1, min(others),
-                                                           others), now):
+                                                           others, a.version), now):
                 log.warning("group %s: %s started on an empty store but is the recorded primary: electing "
                             "%s (epoch %d)", g.name, me, min(others), a.epoch + 1)
         elif a.primary == me and a.previous not in ("", me) and not a.isr_seen:
             # Nobody was ever in sync in this epoch: an append acknowledged in it was held by this store alone
             # (ASYNC, or min_in_sync = 0), gone whatever is chosen. The previous primary holds every other.
-            if self._propose(g.name, ELECT, encode_command(ELECT, g.name, a.epoch, a.epoch + 1, a.previous, set()),
-                             now):
+            if self._propose(g.name, ELECT, encode_command(ELECT, g.name, a.epoch, a.epoch + 1, a.previous, set(),
+                                                           a.version), now):
                 log.warning("group %s: %s started on an empty store but is the recorded primary, and nobody was "
                             "in sync in epoch %d: electing the previous primary %s (epoch %d)", g.name, me, a.epoch,
                             a.previous, a.epoch + 1)
@@ -283,7 +290,8 @@ class Controller:
                 continue  # no in-sync backup is up: promoting another could lose acknowledged appends
             new = a.hand_off if a.hand_off in candidates else candidates[0]
             isr = set(candidates)  # the dead stay out: the new primary would wait for them
-            if self._propose(name, ELECT, encode_command(ELECT, name, a.epoch, a.epoch + 1, new, isr), now):
+            if self._propose(name, ELECT, encode_command(ELECT, name, a.epoch, a.epoch + 1, new, isr, a.version),
+                             now):
                 why = f"the disk of primary {a.primary} is full" if a.hand_off else \
                     f"primary {a.primary} unheard for {timeout} ms"
                 log.warning("group %s: %s: electing %s (epoch %d)", name, why, new, a.epoch + 1)
@@ -321,18 +329,22 @@ class Controller:
         if target == a.primary:
             conn.respond(f, msgpack.packb((int(ResponseCode.SUCCESS), target, a.epoch)))
             return
-        if target not in a.isr and not force:
-            conn.respond_error(f, ResponseCode.EXPIRED_TERM, f"group {g.name}: {target} is not in the in-sync set "
-                               f"{sorted(a.isr)} the controller recorded; pass --force to accept losing what it "
-                               "lacks", a.primary)
+        if self._outside(conn, f, g.name, a, target, force):
             return
-        body = encode_command(ELECT, g.name, a.epoch, a.epoch + 1, target, set(a.isr))
-        task = asyncio.create_task(self._promote(conn, f, g.name, a.epoch, target, body))
+        task = asyncio.create_task(self._promote(conn, f, g.name, a.epoch, target, force))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _promote(self, conn: Connection, f: Frame, group: str, prev: int, target: str, body: bytes) -> None:
-        await self._append(self.managed[group], body)
+    def _outside(self, conn: Connection, f: Frame, group: str, a: Assignment, target: str, force: bool) -> bool:
+        """Refuse (answering) a promotion of a target outside the recorded in-sync set, unless forced."""
+        if target in a.isr or force:
+            return False
+        conn.respond_error(f, ResponseCode.EXPIRED_TERM, f"group {group}: {target} is not in the in-sync set "
+                           f"{sorted(a.isr)} the controller recorded; pass --force to accept losing what it lacks",
+                           a.primary)
+        return True
+
+    async def _promote(self, conn: Connection, f: Frame, group: str, prev: int, target: str, force: bool) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + PROMOTE_WAIT_S
         while loop.time() < deadline:
@@ -344,7 +356,14 @@ class Controller:
                     conn.respond_error(f, ResponseCode.EXPIRED_TERM, f"group {group}: epoch {a.epoch} went to "
                                        f"{a.primary} first", a.primary)
                 return
-            await asyncio.sleep(0.01)
+            if self._outside(conn, f, group, a, target, force):
+                return
+            # Made from this version of the record: a change to it meanwhile (an in-sync change) voids the
+            # election, and it is made again from the new one.
+            await self._append(self.managed[group], encode_command(ELECT, group, a.epoch, a.epoch + 1, target,
+                                                                   set(a.isr), a.version))
+            while loop.time() < deadline and self.assignment(group).version == a.version:
+                await asyncio.sleep(0.01)
         conn.respond_error(f, ResponseCode.TIMEOUT, f"group {group}: the controller did not record the promotion "
                            f"in {PROMOTE_WAIT_S:.0f}s", None)
 
