@@ -240,6 +240,17 @@ async def fill_disk(filler: Path, size: int = 512 << 20) -> None:
     await asyncio.sleep(0.3)
 
 
+def flip_bit(store: Path, pos: int, offset: int, mask: int) -> None:
+    """XOR `mask` into the byte `offset` bytes into the entry at log position `pos` of the store at `store`
+    (SMALL_STORE's data segments): bit rot, at rest or under a running node."""
+    seg_bytes = SMALL_STORE["data_segment_bytes"]
+    with open(store / "data" / f"{pos - pos % seg_bytes:020d}", "r+b") as f:
+        f.seek(pos % seg_bytes + offset)
+        byte = f.read(1)[0]
+        f.seek(-1, 1)
+        f.write(bytes([byte ^ mask]))
+
+
 def pids_with(text: str) -> list[int]:
     """Processes (other than this one) whose command line contains `text`."""
     out = []

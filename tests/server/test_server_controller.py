@@ -16,11 +16,11 @@ from quorumlog.client import AsyncClient
 from quorumlog.store.file_store import store_dir
 
 from .conftest import (
-    SMALL_STORE,
     await_until,
     committed_entries,
     disk_full_past,
     fill_disk,
+    flip_bit,
     node_index,
     statuses,
     wait_leader,
@@ -175,35 +175,13 @@ def test_a_primary_whose_disk_is_replaced_never_leads_empty_and_an_in_sync_backu
 
     async def main() -> None:
         async with AsyncClient(cluster.endpoints, retry_timeout=30) as c:
-            async def in_sync() -> bool:
-                s = (await statuses(c, cluster)).get("n0", {})
-                return bool(s.get("confirmed")) and sorted(s.get("in_sync", ())) == ["n1", "n2"]
-
-            await await_until(in_sync, 20, "n0 a confirmed primary with both backups in sync")
-            acked = {(await c.append(f"a{i}".encode())).index: f"a{i}".encode() for i in range(50)}
+            acked = await _n0_in_sync_with_appends(c, cluster)
             cluster.kill(0)
             for d in cluster.nodes[0].data_dir.iterdir():
                 if d.is_dir():
                     shutil.rmtree(d)
             cluster.start(0)  # well within failover_timeout_ms: only n0 itself can hand the role on
-
-            async def replaced() -> str | None:
-                st = await statuses(c, cluster)
-                new = [n for n, s in st.items() if s["role"] == "leader" and s["confirmed"]]
-                return new[0] if new and new[0] != "n0" else None
-
-            new = await await_until(replaced, 30, "an in-sync backup elected in n0's place")
-            acked.update({(await c.append(f"b{i}".encode())).index: f"b{i}".encode() for i in range(20)})
-
-            async def n0_caught_up() -> bool:
-                s = (await statuses(c, cluster)).get("n0", {})
-                return not s.get("recovering", True) and s.get("committed_index") == max(acked)
-
-            await await_until(n0_caught_up, 30, "n0 caught up and cleared")
-            for node in cluster.nodes:
-                bodies = dict(await committed_entries(node.address))
-                assert all(bodies.get(i) == b for i, b in acked.items()), f"{node.node_id} lacks acknowledged entries"
-            assert new in ("n1", "n2")
+            await _n0_replaced_and_caught_up(c, cluster, acked)
 
     asyncio.run(main())
 
@@ -218,40 +196,43 @@ def test_a_primary_whose_log_rotted_while_down_never_leads_with_it_and_catches_u
 
     async def main() -> None:
         async with AsyncClient(cluster.endpoints, retry_timeout=30) as c:
-            async def in_sync() -> bool:
-                s = (await statuses(c, cluster)).get("n0", {})
-                return bool(s.get("confirmed")) and sorted(s.get("in_sync", ())) == ["n1", "n2"]
-
-            await await_until(in_sync, 20, "n0 a confirmed primary with both backups in sync")
-            acked = {(await c.append(f"a{i}".encode())).index: f"a{i}".encode() for i in range(50)}
+            acked = await _n0_in_sync_with_appends(c, cluster)
             entry = await c.get(sorted(acked)[10])
             assert cluster.kill(0, signal.SIGTERM) == 0  # a clean stop: its checkpoint covers the whole log
-            seg_bytes = SMALL_STORE["data_segment_bytes"]
-            seg = Path(store_dir(cluster.nodes[0].data_dir, "g0", "n0")) / "data" / \
-                f"{entry.pos - entry.pos % seg_bytes:020d}"
-            with open(seg, "r+b") as f:  # the low byte of the header's entry size
-                f.seek(entry.pos % seg_bytes + 7)
-                byte = f.read(1)[0]
-                f.seek(-1, 1)
-                f.write(bytes([byte ^ 0x40]))
+            flip_bit(Path(store_dir(cluster.nodes[0].data_dir, "g0", "n0")), entry.pos, 7, 0x40)  # the entry size
             cluster.start(0)
-
-            async def replaced() -> str | None:
-                st = await statuses(c, cluster)
-                new = [n for n, s in st.items() if s["role"] == "leader" and s["confirmed"]]
-                return new[0] if new and new[0] != "n0" else None
-
-            new = await await_until(replaced, 30, "an in-sync backup elected in n0's place")
-            acked.update({(await c.append(f"b{i}".encode())).index: f"b{i}".encode() for i in range(20)})
-
-            async def n0_caught_up() -> bool:
-                s = (await statuses(c, cluster)).get("n0", {})
-                return not s.get("recovering", True) and s.get("committed_index") == max(acked)
-
-            await await_until(n0_caught_up, 30, "n0 caught up and cleared")
-            for node in cluster.nodes:
-                bodies = dict(await committed_entries(node.address))
-                assert all(bodies.get(i) == b for i, b in acked.items()), f"{node.node_id} lacks acknowledged entries"
-            assert new in ("n1", "n2") and all(n.alive for n in cluster.nodes)
+            await _n0_replaced_and_caught_up(c, cluster, acked)
 
     asyncio.run(main())
+
+
+async def _n0_in_sync_with_appends(c: AsyncClient, cluster: Any) -> dict[int, bytes]:
+    """Wait for n0 to be a confirmed primary with both backups in sync; append 50; what was acknowledged."""
+    async def in_sync() -> bool:
+        s = (await statuses(c, cluster)).get("n0", {})
+        return bool(s.get("confirmed")) and sorted(s.get("in_sync", ())) == ["n1", "n2"]
+
+    await await_until(in_sync, 20, "n0 a confirmed primary with both backups in sync")
+    return {(await c.append(f"a{i}".encode())).index: f"a{i}".encode() for i in range(50)}
+
+
+async def _n0_replaced_and_caught_up(c: AsyncClient, cluster: Any, acked: dict[int, bytes]) -> None:
+    """n0, back with a log that may lack acknowledged entries: an in-sync backup is elected in its place,
+    appends go on, n0 catches up and clears, and every acknowledged append is on every node."""
+    async def replaced() -> str | None:
+        st = await statuses(c, cluster)
+        new = [n for n, s in st.items() if s["role"] == "leader" and s["confirmed"]]
+        return new[0] if new and new[0] != "n0" else None
+
+    new = await await_until(replaced, 30, "an in-sync backup elected in n0's place")
+    acked.update({(await c.append(f"b{i}".encode())).index: f"b{i}".encode() for i in range(20)})
+
+    async def n0_caught_up() -> bool:
+        s = (await statuses(c, cluster)).get("n0", {})
+        return not s.get("recovering", True) and s.get("committed_index") == max(acked)
+
+    await await_until(n0_caught_up, 30, "n0 caught up and cleared")
+    for node in cluster.nodes:
+        bodies = dict(await committed_entries(node.address))
+        assert all(bodies.get(i) == b for i, b in acked.items()), f"{node.node_id} lacks acknowledged entries"
+    assert new in ("n1", "n2") and all(n.alive for n in cluster.nodes)

@@ -22,6 +22,7 @@ from .conftest import (
     disk_full_past,
     fill_disk,
     fill_to_the_brim,
+    flip_bit,
     make_leader,
     node_index,
     statuses,
@@ -102,6 +103,13 @@ def test_wiped_voter_cannot_elect_a_leader_that_lacks_acknowledged_writes(cluste
     asyncio.run(main())
 
 
+async def _a_follower_after(c: AsyncClient, cluster: LocalCluster, count: int) -> tuple[str, dict[int, bytes]]:
+    """Append `count` entries; a follower of the leader, and what was acknowledged."""
+    leader = await wait_leader(c, cluster)
+    acked = await _append_all(c, "x", count)
+    return next(n.node_id for n in cluster.nodes if n.node_id != leader), acked
+
+
 async def _recovered(c: AsyncClient, cluster: LocalCluster, node: str) -> bool:
     st = await statuses(c, cluster)
     lead = [s for s in st.values() if s["role"] == "leader"]
@@ -150,20 +158,12 @@ def test_bit_flip_in_a_followers_entry_is_repaired_from_its_peers(cluster_factor
 
     async def main() -> None:
         async with AsyncClient(cluster.endpoints, retry_timeout=30) as c:
-            leader = await wait_leader(c, cluster)
-            acked = await _append_all(c, "x", 1000)
-            follower = next(n.node_id for n in cluster.nodes if n.node_id != leader)
+            follower, acked = await _a_follower_after(c, cluster, 1000)
             fnode = cluster.nodes[node_index(cluster, follower)]
             await await_until(lambda: _recovered(c, cluster, follower), 20, "the follower to catch up")
             index = max(acked) - 10
             entry = await c.get(index)
-            seg_bytes = SMALL_STORE["data_segment_bytes"]
-            seg = _store_dir(cluster, follower) / "data" / f"{entry.pos - entry.pos % seg_bytes:020d}"
-            with open(seg, "r+b") as f:  # flip one body bit of a recent, committed entry
-                f.seek(entry.pos % seg_bytes + 48 + 3)
-                byte = f.read(1)[0]
-                f.seek(-1, 1)
-                f.write(bytes([byte ^ 0x10]))
+            flip_bit(_store_dir(cluster, follower), entry.pos, 48 + 3, 0x10)  # a body bit of a recent, committed entry
             async with AsyncClient(fnode.address) as direct:
                 with pytest.raises(QuorumLogError):
                     await direct.get(index)
@@ -313,22 +313,14 @@ def test_a_follower_with_a_damaged_header_below_its_checkpoint_starts_and_fetche
 
     async def main() -> None:
         async with AsyncClient(cluster.endpoints, retry_timeout=30) as c:
-            leader = await wait_leader(c, cluster)
-            acked = await _append_all(c, "x", 3000)
-            follower = next(n.node_id for n in cluster.nodes if n.node_id != leader)
+            follower, acked = await _a_follower_after(c, cluster, 3000)
             await await_until(lambda: _recovered(c, cluster, follower), 20, "the follower to catch up")
             index = sorted(acked)[200]  # a request's first entry (the table's read jumps over the others), far
             assert index < 1000  # below the checkpoint, in the first data segment
             entry = await c.get(index)
             i = node_index(cluster, follower)
             assert cluster.kill(i, signal.SIGTERM) == 0
-            seg_bytes = SMALL_STORE["data_segment_bytes"]
-            seg = _store_dir(cluster, follower) / "data" / f"{entry.pos - entry.pos % seg_bytes:020d}"
-            with open(seg, "r+b") as f:  # the low byte of the header's entry size
-                f.seek(entry.pos % seg_bytes + 7)
-                byte = f.read(1)[0]
-                f.seek(-1, 1)
-                f.write(bytes([byte ^ 0x40]))
+            flip_bit(_store_dir(cluster, follower), entry.pos, 7, 0x40)  # the low byte of the header's entry size
             cluster.start(i)
             await await_until(lambda: _recovered(c, cluster, follower), 30, "the follower to start and re-fetch")
             fnode = cluster.nodes[i]

@@ -109,15 +109,21 @@ def test_write_or_sync_failure_fails_stop(tmp_path: Path, op: str, nth: int) -> 
     _reopen_and_check(tmp_path / "s", ref, durable).close()
 
 
-@pytest.mark.parametrize("nth", [1, 2, 3])
-def test_follower_append_write_failure(tmp_path: Path, nth: int) -> None:
+def _follower_of_a_leader(tmp_path: Path) -> tuple[FaultyFiles, MemoryStore, FileStore]:
+    """A leader's log of 12 batches, and a follower's FileStore holding its first 5 entries."""
     files = FaultyFiles()
     leader = MemoryStore(CFG)
     for b in _batches(0, 12):
         leader.append(b, 1)
     s = FileStore(tmp_path / "s", CFG, files=files)
-    raw, n = leader.read_raw(0, 5, 1 << 20)
+    raw, _n = leader.read_raw(0, 5, 1 << 20)
     s.append_encoded(raw)
+    return files, leader, s
+
+
+@pytest.mark.parametrize("nth", [1, 2, 3])
+def test_follower_append_write_failure(tmp_path: Path, nth: int) -> None:
+    files, leader, s = _follower_of_a_leader(tmp_path)
     durable = s.flush()
     files.arm("pwrite", nth)
     with pytest.raises(DiskError):
@@ -174,7 +180,9 @@ def test_vote_write_failure_keeps_the_old_vote(tmp_path: Path) -> None:
     s.close()
 
 
-def test_failure_while_rolling_to_a_new_segment(tmp_path: Path) -> None:
+def _near_a_segment_end(tmp_path: Path) -> tuple[FaultyFiles, MemoryStore, FileStore, int, list[bytes]]:
+    """A store (and its reference) written to 3000 bytes before its first segment's end, flushed; and a
+    batch that crosses that end (a blank, then a new segment)."""
     files = FaultyFiles()
     ref = MemoryStore(CFG)
     s = FileStore(tmp_path / "s", CFG, files=files)
@@ -182,8 +190,11 @@ def test_failure_while_rolling_to_a_new_segment(tmp_path: Path) -> None:
         b = [body(s.end_index + 1, 1000)]
         s.append(b, 1)
         ref.append(b, 1)
-    durable = s.flush()
-    big = [body(9000 + i, 2500) for i in range(3)]  # crosses the segment end: blank, then a new segment
+    return files, ref, s, s.flush(), [body(9000 + i, 2500) for i in range(3)]
+
+
+def test_failure_while_rolling_to_a_new_segment(tmp_path: Path) -> None:
+    files, ref, s, durable, big = _near_a_segment_end(tmp_path)
     files.arm("pwrite", 2)
     ref.append(big, 1)
     with pytest.raises(DiskError):
@@ -260,15 +271,7 @@ def test_no_space_in_an_append_that_took_nothing_refuses_it_and_the_store_goes_o
     """ENOSPC writing entries (a disk filled to its last block, where nothing was allocated ahead): before any
     entry is taken the append is DiskFullError, the end unmoved, and the same append succeeds once there is
     room; once part of a batch split at a segment end was taken, the store fails as on any write error."""
-    files = FaultyFiles()
-    ref = MemoryStore(CFG)
-    s = FileStore(tmp_path / "s", CFG, files=files)
-    while s.write_pos < CFG.data_segment_bytes - 3000:
-        b = [body(s.end_index + 1, 1000)]
-        s.append(b, 1)
-        ref.append(b, 1)
-    durable = s.flush()
-    big = [body(9000 + i, 2500) for i in range(3)]  # crosses the segment end: blank, then a new segment
+    files, ref, s, durable, big = _near_a_segment_end(tmp_path)
     ref.append(big, 1)
     end, pos = s.end_index, s.write_pos
     files.arm("pwrite", nth, errno.ENOSPC)
@@ -293,13 +296,7 @@ def test_no_space_in_an_append_that_took_nothing_refuses_it_and_the_store_goes_o
 
 @pytest.mark.parametrize("nth", [1, 2])
 def test_no_space_in_a_follower_append_refuses_it_and_the_store_goes_on(tmp_path: Path, nth: int) -> None:
-    files = FaultyFiles()
-    leader = MemoryStore(CFG)
-    for b in _batches(0, 12):
-        leader.append(b, 1)
-    s = FileStore(tmp_path / "s", CFG, files=files)
-    raw, n = leader.read_raw(0, 5, 1 << 20)
-    s.append_encoded(raw)
+    files, leader, s = _follower_of_a_leader(tmp_path)
     end = s.end_index
     raw, n = leader.read_raw(end + 1, 3, 1 << 20)
     files.arm("pwrite", nth, errno.ENOSPC)
