@@ -212,13 +212,12 @@ class HaNode:
         self.stats["corrupt_reads"] += 1
         return out
 
-    def _cut_damaged(self, error: CorruptEntryError) -> None:
+    def _cut_damaged(self, index: int, reason: str) -> None:
         """At start, an entry failed its checks (bit rot below the checkpoint, which recovery does not
         read): cut the log before it, to be streamed again. The log may have lost acknowledged entries, so
         it is `recovering`, as a replaced disk: it never leads with that log, and with a controller it
         leaves the in-sync set until it holds them again (server/controller.py). Without a controller a
         primary stays withheld for an operator to promote a backup."""
-        index = error.index if error.index is not None else self.store.begin_index
         self.store.discard_after(max(index, self.store.begin_index) - 1)
         epoch, primary = self.store.load_vote()
         if self.cfg.controller is not None or (primary if epoch else self.cfg.primary) == self.node_id:

@@ -173,10 +173,11 @@ class ProducerTable:
         self._firsts.clear()
         self._lasts.clear()
 
-    def rebuild(self, store: LogStore, on_corrupt: Callable[[CorruptEntryError], None] | None = None) -> None:
+    def rebuild(self, store: LogStore, on_corrupt: Callable[[int, str], None] | None = None) -> None:
         """Read the whole log's metadata (at start: the table is not persisted apart from the log). The first
         full read since the store opened (recovery checks only the entries after its checkpoint): an entry that
-        fails its checks is handed to `on_corrupt`, which cuts the log before it, and the read starts again."""
+        fails its checks is handed to `on_corrupt` (its index, why), which cuts the log before it, and the read
+        starts again."""
         while True:
             self.clear()
             try:
@@ -186,7 +187,7 @@ class ProducerTable:
                 end = store.end_index
                 if on_corrupt is None or e.index is None:
                     raise
-                on_corrupt(e)
+                on_corrupt(e.index, str(e))
                 if store.end_index >= end:
                     raise  # nothing was cut: it would be met again
 

@@ -208,8 +208,8 @@ class Controller:
                 node.primary.isr_recorded(set(a.isr))
             # Our disk is full (or has room again): ask for (or withdraw) a hand-off; the controller's leader elects.
             target = node.primary.hand_off_to or ""
-            body = encode_command(HAND_OFF, g.name, a.epoch, a.epoch, me, {target} - {""})
-            if target != a.hand_off and self._propose(g.name, HAND_OFF, body, now) and target:
+            if target != a.hand_off and self._propose(g.name, HAND_OFF, encode_command(
+                    HAND_OFF, g.name, a.epoch, a.epoch, me, {target} - {""}), now) and target:
                 log.warning("group %s: the disk of %s is full: asking the controller to elect %s", g.name, me, target)
             want = node.primary.wanted_isr()
             if want is not None:
