@@ -3,7 +3,8 @@
 quorumlog's figures are `quorumlog bench --local 3 ... --json`: the same client conventions the peers
 follow. The ceiling is the bare replicated-log prototype in shared/bench/ceiling (fixed leader, no
 election, no index, fdatasync in a thread), run with its own canonical settings: one connection, 8
-requests of 256 entries in flight. It listens on its own fixed ports 7100-7102.
+requests of 256 entries in flight (or, for benchmarks/single_bench.py, one entry at a time). It listens on its own
+fixed ports 7100-7102.
 """
 
 from __future__ import annotations
@@ -78,12 +79,13 @@ def ceiling_available(directory: Path, python: Path) -> str | None:
     return None
 
 
-def run_ceiling(size: int, seconds: float, directory: Path = CEILING_DIR,
-                python: Path = CEILING_PYTHON) -> dict[str, Any]:
-    """One spike_bench run in a temp SPIKE_DIR (removed afterwards): entries/s and request latency."""
-    name = "c1k" if size >= 1024 else f"c{size}"
-    args = [name, f"body={size}", "batch=256", "inflight=8", "store=write", "prezero=1", "size=536870912",
-            f"duration={max(1, round(seconds))}"]
+def run_ceiling(size: int, seconds: float, directory: Path = CEILING_DIR, python: Path = CEILING_PYTHON, *,
+                batch: int = 256, inflight: int = 8) -> dict[str, Any]:
+    """One spike_bench run in a temp SPIKE_DIR (removed afterwards): entries/s and request latency. With
+    batch=1, inflight=1 that is one append at a time, and p50_ms/p99_ms are per-append latencies."""
+    name = "c1" if batch == inflight == 1 else "c1k" if size >= 1024 else f"c{size}"
+    args = [name, f"body={size}", f"batch={batch}", f"inflight={inflight}", "store=write", "prezero=1",
+            "size=536870912", f"duration={max(1, round(seconds))}"]
     run_dir = tempfile.mkdtemp(prefix="peers-ceiling-")
     try:
         env = dict(os.environ, SPIKE_DIR=run_dir)
