@@ -222,6 +222,10 @@ class NodeConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_ca: str | None = None
+    # The background scrub (server/scrub.py): every group's committed log read back and checked, at most
+    # this many bytes a second over all groups (0: off), a pass starting this often.
+    scrub_bytes_per_s: int = 8 * MiB
+    scrub_interval_hours: float = 24.0
 
     def __post_init__(self) -> None:
         if not self.node_id:
@@ -229,6 +233,8 @@ class NodeConfig:
         for name in ("max_connections", "max_requests_per_connection", "max_output_bytes_per_connection"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
+        if self.scrub_bytes_per_s < 0 or not self.scrub_interval_hours > 0:
+            raise ConfigError("scrub_bytes_per_s must be 0 (off) or more, scrub_interval_hours positive")
         if self.max_frame_bytes < 64 * 1024:
             raise ConfigError("max_frame_bytes must be at least 64 KiB")
         if len({self.tls_cert is None, self.tls_key is None, self.tls_ca is None}) > 1:

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from quorumlog.config import HaConfig, RaftConfig, StoreConfig
-from quorumlog.errors import ResponseCode
+from quorumlog.errors import CorruptEntryError, ResponseCode
 from quorumlog.ha.epochs import agreed_end, epoch_list
 from quorumlog.ha.messages import FRAME_HEADER, HaMessage, HaReport, HaTransfer, HaTruncate
 from quorumlog.ha.node import HaNode
@@ -709,3 +709,50 @@ def test_primary_named_by_a_peer_commits_nothing_before_the_controller_confirms_
     b.confirm({"a"})  # the record arrives: w commits once a holds it too
     p.run(100)
     assert b.is_leader and p.bodies("a")[-1] == b"w" and p.stores["b"].committed_index == committed + 1
+
+
+def test_a_backup_that_cuts_a_damaged_entry_is_recovering_with_a_controller_and_streams_it_again() -> None:
+    """A read or the scrub found an entry of backup b damaged: b cuts its log there. Entries it acknowledged
+    are gone until streamed again, so with a controller it is `recovering` (never elected, out of the
+    in-sync set) until the controller clears it, as after a replaced disk."""
+    p = Pump(controller="ctl")
+    p.nodes["a"].confirm({"b", "c"})
+    p.run(100)
+    assert all(p.code(p.append("a", [b"x%d" % i])) == OK for i in range(5))
+    b = p.nodes["b"]
+    p.apply("b", b.report_corruption(CorruptEntryError("bad body crc", index=2), p.now))
+    assert b.recovering and p.stores["b"].end_index == 1
+    p.run(300)
+    assert p.bodies("b") == p.bodies("a") == [b"x%d" % i for i in range(5)]
+
+
+def test_a_damaged_primary_with_a_controller_asks_for_a_backup_in_its_place_and_cuts_once_it_follows() -> None:
+    """The primary's copy is the one its backups are made from: it names an in-sync backup for the controller
+    to elect (as for a full disk) and keeps its log meanwhile; once it follows the new primary it cuts at
+    the damage, is `recovering`, and is streamed the rest again. Without a controller it waits for an
+    operator's promotion of a backup, and cuts once it follows."""
+    p = Pump(controller="ctl")
+    a = p.nodes["a"]
+    a.confirm({"b", "c"})
+    p.run(100)
+    assert all(p.code(p.append("a", [b"x%d" % i])) == OK for i in range(5))
+    p.apply("a", a.report_corruption(CorruptEntryError("bad body crc", index=2), p.now))
+    p.run(100)
+    assert a.primary is not None and a.primary.hand_off_to in ("b", "c")
+    assert p.code(p.append("a", [b"x5"])) == OK and a.primary.hand_off_to is not None  # an append fits: still asks
+    assert p.stores["a"].end_index == 5
+    target = a.primary.hand_off_to
+    p.apply(target, p.nodes[target].promote(2, p.now, {"b", "c"} - {target}))  # the controller elects it
+    p.run(300)
+    assert a.role == Role.FOLLOWER and a.recovering and a.damaged_at is None
+    assert p.bodies("a") == p.bodies(target) == [b"x%d" % i for i in range(6)]
+
+    plain = started()  # without a controller: reported, nothing else
+    pa = plain.nodes["a"]
+    assert plain.code(plain.append("a", [b"y"])) == OK
+    plain.apply("a", pa.report_corruption(CorruptEntryError("bad body crc", index=0), plain.now))
+    plain.run(100)
+    assert pa.is_leader and pa.primary is not None and pa.primary.hand_off_to is None and not pa.recovering
+    plain.apply("b", plain.nodes["b"].promote(2, plain.now))  # an operator promotes b: a follows it, and cuts
+    plain.run(300)
+    assert pa.role == Role.FOLLOWER and pa.damaged_at is None and plain.bodies("a") == plain.bodies("b") == [b"y"]

@@ -16,7 +16,9 @@ role, at any time, and faults overlap (two nodes down: no quorum for a while):
   disk_full_ratio, or to its brim (every block: ENOSPC wherever the store has not allocated ahead), and is
   deleted 0.5-3 s later;
 - corrupt (with --corrupt): SIGKILL, one bit flipped anywhere in the written part of the data group's
-  log, restarted: bit rot at rest, on one node at a time, while every other holds the committed log.
+  log, restarted: bit rot at rest, on one node at a time, while every other holds the committed log;
+- rot (with --corrupt): one bit flipped in an older segment of a running node's log, for its background
+  scrub (a pass every 2 s here) to find; one damaged node at a time, as for corrupt.
 
 Used by tests/server/test_server_chaos.py for a short run; for a long hunt:
 
@@ -97,7 +99,7 @@ class Nemesis:
     async def _one(self) -> None:
         n = len(self.cluster.nodes)
         kinds = ["kill", "pause", "wipe"] + (["transfer"] if self.raft else []) + (["partition"] if self.net else [])
-        kinds += (["full"] if self.disks else []) + (["corrupt"] if self.corrupt else [])
+        kinds += (["full"] if self.disks else []) + (["corrupt", "rot"] if self.corrupt else [])
         kind = self.rng.choice(kinds)
         if self.net is not None and not self.partitioned:
             kind = "partition"  # the first fault, so that even a short run has one
@@ -109,6 +111,9 @@ class Nemesis:
             return
         if kind == "full":
             await self._fill(i)
+            return
+        if kind == "rot":
+            await self._rot(i)
             return
         if kind == "transfer":
             target = self.cluster.nodes[i].node_id
@@ -196,6 +201,29 @@ class Nemesis:
             filler.unlink(missing_ok=True)  # (a wipe may have deleted it)
         self.done.append(f"full ({'brim' if brim else 'past the ratio'}) {self.cluster.nodes[i].node_id}")
 
+    async def _rot(self, i: int) -> None:
+        """Flip a bit under running node i (bit rot nobody reads); wait for its scrub to find it (bounded: the
+        bit may land where nothing is checked, in a segment's blank end or past the committed entries)."""
+        if i in self.down or self.down or self.wiped or not await self._all_caught_up():
+            return
+        node = self.cluster.nodes[i]
+        self.wiped.add(i)  # one damaged copy at a time
+        admin = self.admin
+        assert admin is not None
+
+        async def found() -> int:
+            s = (await statuses(admin, self.cluster)).get(node.node_id, {})
+            return int(s.get("scrub", {}).get("damaged", 0))
+
+        before = await found()
+        where = flip_a_bit(node.data_dir / "g0" / node.node_id / "data", self.rng, older=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while loop.time() < deadline and await found() <= before:
+            await asyncio.sleep(0.3)
+        self.done.append(f"rot ({where}{'' if await found() > before else ', not found'}) {node.node_id}")
+        await self._until_caught_up(i)
+
     async def _all_caught_up(self) -> bool:
         assert self.admin is not None
         st = await statuses(self.admin, self.cluster)
@@ -215,13 +243,16 @@ class Nemesis:
         self.wiped.discard(i)
 
 
-def flip_a_bit(data: Path, rng: random.Random) -> str:
-    """Flip one random bit in the written part (up to the last non-zero byte) of a random data segment."""
+def flip_a_bit(data: Path, rng: random.Random, older: bool = False) -> str:
+    """Flip one random bit in the written part (up to the last non-zero byte) of a random data segment (with
+    `older`, not the newest while there are others: under a running node, committed entries)."""
     written = []
     for seg in sorted(data.glob("[0-9]*")):
         used = len(seg.read_bytes().rstrip(b"\0"))
         if used:
             written.append((seg, used))
+    if older and len(written) > 1:
+        written.pop()
     if not written:
         return "nothing written"
     seg, used = rng.choice(written)
@@ -286,7 +317,9 @@ async def run_chaos(root: Path, seconds: float, seed: int, raft: bool = True, wr
     `disks`, each node's data group on a tmpfs of its own, and full disks); raises AssertionError on any
     violation; returns a summary."""
     rng = random.Random(seed)
-    kwargs: dict[str, Any] = {"raft": FAST_RAFT, "store": SMALL_STORE, "log_level": "INFO"}
+    # The background scrub runs throughout: a pass every 2 s, fast enough to cover a run's log.
+    kwargs: dict[str, Any] = {"raft": FAST_RAFT, "store": SMALL_STORE, "log_level": "INFO",
+                              "node": {"scrub_interval_hours": 2 / 3600, "scrub_bytes_per_s": 32 << 20}}
     if not raft:
         kwargs.update(replication="primary-backup", ha=PB_HA)
     if net is None:
@@ -353,7 +386,7 @@ async def _run(cluster: LocalCluster, seconds: float, seed: int, raft: bool, wri
     assert not crashed, f"a traceback in the log of {crashed}"
     summary.update(appends=len(ops), faults=len(nemesis.done), log=len(log),
                    kinds={k: sum(d.startswith(k) for d in nemesis.done)
-                          for k in ("kill", "pause", "wipe", "transfer", "partition", "full", "corrupt")})
+                          for k in ("kill", "pause", "wipe", "transfer", "partition", "full", "corrupt", "rot")})
     return summary
 
 
@@ -367,7 +400,7 @@ def main() -> int:
     p.add_argument("--net", action="store_true", help="nodes in network namespaces, with partitions (root)")
     p.add_argument("--disks", action="store_true", help="each node's data on a tmpfs, with full disks (root)")
     p.add_argument("--nodes", type=int, default=3)
-    p.add_argument("--corrupt", action="store_true", help="bit flips in a stopped node's log")
+    p.add_argument("--corrupt", action="store_true", help="bit flips in a stopped node's log, and under a running one")
     a = p.parse_args()
     failed = 0
     for seed in range(a.seed, a.seed + a.runs):

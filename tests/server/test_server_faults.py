@@ -177,6 +177,39 @@ def test_bit_flip_in_a_followers_entry_is_repaired_from_its_peers(cluster_factor
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("who", ["leader", "follower"])
+def test_the_scrub_finds_bit_rot_in_an_entry_nobody_reads_and_the_node_fetches_it_again(cluster_factory: Any,
+                                                                                       who: str) -> None:
+    """One body bit of an old committed entry flips under a running node. Nothing reads that entry: the
+    background scrub (a pass every second here) finds it, the node cuts its log there (a leader first
+    steps down) and fetches the rest from its peers, and then holds the acknowledged body again."""
+    cluster = cluster_factory(node={"scrub_interval_hours": 1 / 3600})
+
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints, retry_timeout=30) as c:
+            follower, acked = await _a_follower_after(c, cluster, 1000)
+            node_id = follower if who == "follower" else await wait_leader(c, cluster)
+            node = cluster.nodes[node_index(cluster, node_id)]
+            await await_until(lambda: _recovered(c, cluster, node_id), 20, f"the {who} to hold every entry")
+            index = min(acked) + 100
+            pos = (await c.get(index)).pos  # (the leader's answer: its own copy is read by the scrub alone)
+            flip_bit(_store_dir(cluster, node_id), pos, 48 + 5, 0x08)
+
+            async def found_and_fetched_again() -> bool:
+                s = (await statuses(c, cluster)).get(node_id)
+                return bool(s and s["scrub"]["damaged"] >= 1 and await _recovered(c, cluster, node_id))
+
+            await await_until(found_and_fetched_again, 40, f"the {who}'s scrub to find the damage and re-fetch")
+            async with AsyncClient(node.address) as direct:
+                assert (await direct.get(index)).body == acked[index]
+            log = await _log_of(node.address, min(acked))
+            assert all(log.get(i) == body for i, body in acked.items())
+            acked.update(await _append_all(c, "after", 100))  # the group goes on
+            assert node.alive and all(n.alive for n in cluster.nodes)
+
+    asyncio.run(main())
+
+
 @pytest.mark.slow
 def test_followers_with_full_disks_get_appends_refused_at_once_and_the_nodes_stay_up(cluster_factory: Any) -> None:
     """n1 and n2 count their disks full (disk_full_ratio far below their use): they refuse the leader's

@@ -60,6 +60,7 @@ class HaNode:
         self._withheld = False  # primary of its epoch by its own store, withheld while recovering
         self._empty_logs: dict[str, bool] = {}  # while withheld: whose handshakes showed an empty log
         self._next_request_id = 1
+        self.damaged_at: int | None = None  # a primary's damaged entry, cut once it is a backup
         self._start(now, Ready())
 
     # -- what the server reads ---------------------------------------------------------------------
@@ -199,18 +200,33 @@ class HaNode:
         return out
 
     def report_corruption(self, error: CorruptEntryError, now_ms: int) -> Ready:
-        """A read found an entry of this replica corrupt: a backup cuts there and fetches it again from
-        its primary; a primary can only report it (it is the copy the others are made from)."""
+        """A read (or the scrub) found an entry of this replica corrupt: a backup cuts there and fetches it
+        again from its primary. A primary's copy is the one the others are made from: it cuts once it
+        follows another (_start); with a controller it asks for an in-sync backup to be elected in its place
+        (as for a full disk), without one an operator promotes a backup."""
         out = Ready()
         index = error.index
-        if self.backup is not None and index is not None and index <= self.store.end_index:
-            keep = max(index, self.store.begin_index) - 1
-            self.store.discard_after(keep)
-            self.producers.truncate_after(keep)
+        self.stats["corrupt_reads"] += 1
+        if index is None or index > self.store.end_index:
+            return out
+        if self.backup is not None:
+            self._cut_at(index)
             self.backup.streaming = False
             self.backup.next_try = now_ms
-        self.stats["corrupt_reads"] += 1
+        elif self.primary is not None:
+            self.damaged_at = index if self.damaged_at is None else min(index, self.damaged_at)
+            self.primary.damaged = self.cfg.controller is not None
         return out
+
+    def _cut_at(self, index: int) -> None:
+        """Cut the log before the damaged entry `index`, to be streamed again. Entries this node
+        acknowledged may be gone, so with a controller it is `recovering` until it holds them again: never
+        elected meanwhile, and out of the in-sync set (as after a replaced disk)."""
+        keep = max(index, self.store.begin_index) - 1
+        self.store.discard_after(keep)
+        self.producers.truncate_after(keep)
+        if self.cfg.controller is not None:
+            self.store.set_recovering(True)
 
     def _cut_damaged(self, index: int, reason: str) -> None:
         """At start, an entry failed its checks (bit rot below the checkpoint, which recovery does not
@@ -275,6 +291,9 @@ class HaNode:
                                    self.epoch, self.producers, self.stats, self.isr, now)
             self.primary.confirmed = len(self.members) == 1
         else:
+            if self.damaged_at is not None:  # a damaged primary replaced as it asked: now cut and fetch again
+                self._cut_at(self.damaged_at)
+                self.damaged_at = None
             self.backup = Backup(self.node_id, self.group, self.store, self.cfg, self.epoch, self.primary_id,
                                  self.producers, self.stats, now)
         out.changes.append(RoleChange(self.role, self.epoch, self.primary_id))

@@ -84,6 +84,7 @@ class Primary:
         self.appends = Appends(store, raft, stats, producers, epoch, node_id, timeout_code=timeout,
                                hand_off=self._hand_off if self.recorded_by_controller else None)
         self.hand_off_to: str | None = None  # the backup to elect in its place, until an append fits again
+        self.damaged = False  # a stored entry failed its checks: hand off for good (HaNode.report_corruption)
         self.backups = {m: BackupView(m) for m in members if m != node_id}
         self.isr = set(isr) & set(self.backups)  # as recorded (by the controller, or here without one)
         self.isr_joining: set[str] = set()  # caught up, not recorded yet: counted for commit already
@@ -128,12 +129,13 @@ class Primary:
             return
         if self.appends.propose(requests, now, wall_ms, self.store.committed_index, out):
             out.must_flush = True
-            self.hand_off_to = None  # the disk has room again: stay
+            if not self.damaged:
+                self.hand_off_to = None  # the disk has room again: stay
 
     def _hand_off(self, now: int, out: Ready) -> str | None:
-        """This primary's disk refused an append: the in-sync backup to elect in its place (the controller
-        is asked, controller.py), or None. Only a recorded in-sync backup holds every acknowledged entry;
-        of those still heard and streaming, the furthest along is taken."""
+        """This primary's disk refused an append, or its log is damaged: the in-sync backup to elect in its
+        place (the controller is asked, controller.py), or None. Only a recorded in-sync backup holds every
+        acknowledged entry; of those still heard and streaming, the furthest along is taken."""
         timeout = self.cfg.ha_ack_timeout_ms
         ready = [b for b in self.backups.values() if b.id in self.isr and b.id not in self.isr_leaving
                  and b.streaming and now - b.heard_ms <= timeout]
@@ -142,7 +144,7 @@ class Primary:
         target = max(ready, key=lambda b: (b.acked_offset, b.id)).id
         if target != self.hand_off_to:
             self.hand_off_to = target
-            self.stats["disk_full_hand_offs"] += 1
+            self.stats["damage_hand_offs" if self.damaged else "disk_full_hand_offs"] += 1
         return target
 
     def on_flushed(self, now: int, out: Ready) -> None:
@@ -150,6 +152,8 @@ class Primary:
         self._stream(now, out)
 
     def tick(self, now: int, out: Ready) -> None:
+        if self.damaged:
+            self._hand_off(now, out)
         self._check_isr(now)
         self.appends.expire(now, out)
         self._advance(out)

@@ -247,6 +247,12 @@ def _one_group(f: _Families, g: Group) -> None:
     f.counter("quorumlog_flushes_total", "store flushes (group commits)", st.flushes)
     f.counter("quorumlog_flushes_on_loop_total", "store flushes small enough to run on the event loop, not in "
               "the group's worker thread", st.flushes_on_loop)
+    scrub = g.scrubber
+    f.counter("quorumlog_scrubbed_bytes_total", "log bytes the background scrub read back and checked",
+              scrub.scrubbed_bytes)
+    f.counter("quorumlog_scrub_passes_total", "background scrub passes completed over the committed log", scrub.passes)
+    f.counter("quorumlog_scrub_damaged_entries_total", "damaged entries the background scrub found (each cut and "
+              "fetched again, or handed off by a primary)", scrub.damaged)
     for (call, error), n in sorted(st.core_errors.items()):
         f.counter("quorumlog_core_errors_total", "unexpected errors out of the replication core, survived (a "
                   "disk error stops the node instead)", n, call=call, error=error)

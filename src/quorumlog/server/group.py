@@ -45,6 +45,7 @@ from ..store.file_store import store_dir
 from .codec import PeerMessage
 from .events import ELECTION, RECOVERY, TRANSFER, Events
 from .metrics import Histogram
+from .scrub import Scrubber
 from .store import NodeStore
 
 log = logging.getLogger("quorumlog.server")
@@ -147,7 +148,8 @@ class Group:
 
     def __init__(self, node_id: str, cfg: GroupConfig, data_dir: str, send: Callable[[PeerMessage], None],
                  on_fatal: Callable[[BaseException], None], flush_output: Callable[[], None] = lambda: None,
-                 events: Events | None = None, loop_turn: LoopTurn | None = None) -> None:
+                 events: Events | None = None, loop_turn: LoopTurn | None = None,
+                 scrub_interval_s: float = 24 * 3600.0) -> None:
         self.name = cfg.name
         self.cfg = cfg
         self.node_id = node_id
@@ -193,6 +195,7 @@ class Group:
         self._last_leader: str | None = None
         self._was_recovering = self.node.recovering
         self._event_term = self.node.term  # the term of the last role change recorded (pre-votes keep it)
+        self.scrubber = Scrubber(self.store, scrub_interval_s, time.monotonic(), self._scrub_found)
 
     # -- driving the core --------------------------------------------------------------------------
     def process(self) -> None:
@@ -492,7 +495,7 @@ class Group:
             "recovering": node.recovering, "joining": node.joining, "pending_appends": self.pending_appends,
             "producers": len(node.producers), "disk_full": s.disk_full,
             "peers": {pid: addr for pid, addr in self.peers.items()},
-            "stats": self.stats.doc(),
+            "stats": self.stats.doc(), "scrub": self.scrubber.doc(),
         }
         if isinstance(node, HaNode):
             doc.update(node.status())
@@ -502,6 +505,10 @@ class Group:
             if isinstance(node, RaftNode) and node.leader is not None:  # followers that refused for a full disk
                 doc["peers_disk_full"] = sorted(p for p, d in node.leader.dispatchers.items() if d.disk_full)
         return doc
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     @property
     def pending_appends(self) -> int:
@@ -539,6 +546,10 @@ class Group:
             return
         log.error("group %s: %s; re-fetching from the peers", self.name, error)
         self.apply(self.node.report_corruption(error, now_ms()))
+
+    def _scrub_found(self, error: CorruptEntryError) -> None:
+        self.events.record(RECOVERY, f"the scrub found a damaged entry: {error}", self.name)
+        self.on_corruption(error)
 
     # -- shutdown ----------------------------------------------------------------------------------
     def _shutting_down(self, code: ResponseCode) -> bytes:

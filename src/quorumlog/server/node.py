@@ -130,7 +130,8 @@ class NodeServer:
         for gcfg in self.cfg.groups:
             try:
                 self.groups[gcfg.name] = Group(self.node_id, gcfg, str(self.cfg.data_dir), self._send,
-                                               self._fatal_error, self.outbox.flush, self.events, loop_turn)
+                                               self._fatal_error, self.outbox.flush, self.events, loop_turn,
+                                               self.cfg.scrub_interval_hours * 3600)
             except QuorumLogError as e:
                 await self._close_groups()
                 raise StartupError(f"cannot open the store of group {gcfg.name} under {self.cfg.data_dir}: {e}") \
@@ -287,6 +288,7 @@ class NodeServer:
                 if now >= next_cp[g.name]:
                     next_cp[g.name] = now + g.cfg.store.checkpoint_interval_ms / 1000
                     g.checkpoint()
+            self._scrub(now, HOUSEKEEPING_S / 10)
             if now >= next_expire:
                 next_expire = now + EXPIRE_EVERY_S
                 for g in self.groups.values():
@@ -300,6 +302,20 @@ class NodeServer:
                         continue
                     if removed:
                         log.info("group %s: expired %d entries", g.name, removed)
+
+    def _scrub(self, now: float, period_s: float) -> None:
+        """One step of the background scrub (server/scrub.py): `scrub_bytes_per_s` over the groups scrubbing."""
+        due = [g for g in self.groups.values() if g.scrubber.due(now) and not g.closed]
+        if not due or self.cfg.scrub_bytes_per_s <= 0:
+            return
+        budget = int(self.cfg.scrub_bytes_per_s * period_s) // len(due)
+        for g in due:
+            try:
+                g.scrubber.step(now, budget)
+            except QuorumLogError as e:  # a read error other than damage (say, EIO): the next pass tries again
+                log.warning("group %s: scrub step failed: %s", g.name, e)
+            except Exception:  # a bug: log it, keep the node and the other groups' scrubs going
+                log.exception("group %s: scrub step failed", g.name)
 
     def _watch_counters(self) -> None:
         """Limits hit and HELLOs a peer refused since the last look become events."""

@@ -147,6 +147,30 @@ class FileReads:
             return bytes(part), n
         return b"".join(parts), n
 
+    def scrub(self, start: int, last: int, max_bytes: int) -> tuple[int, int]:
+        """Check entries start..last (about max_bytes of them, at least one) as a read checks them (header,
+        body CRC, chain), from the segments, never from the recent batches in memory: the next index to
+        check and the bytes checked. Raises CorruptEntryError naming the first damaged entry.
+
+        A background scrub reads the whole log at a low rate, so damage in entries nobody reads is found
+        while the peers still hold good copies. Pages more than CACHE_BEHIND behind the writer, which sync()
+        dropped from the page cache, are read from the disk and dropped again after: a pass does not fill
+        memory with the log."""
+        start = max(start, self._begin)
+        last = min(last, self._end)
+        if start > last:
+            return start, 0
+        pos = self._unit(start)[1]
+        try:
+            _runs, n = hotpath.checked_runs(self.data, pos, start, last, self._prev_chain(start), last - start + 1,
+                                            max_bytes, True, self._max_body)
+        except CorruptEntryError as e:
+            raise CorruptEntryError(f"{self.dir}: {e}", index=e.index) from None
+        del _runs  # views into the segments: gone before anything may unmap them
+        end = self.end_pos(start + n - 1)
+        self.data.drop_cold(pos, end)
+        return start + n, end - pos
+
     def read_raw_parts(self, start: int, max_count: int, max_bytes: int,
                        control: bool = True) -> tuple[list[bytes | memoryview], int]:
         if start < self._begin:

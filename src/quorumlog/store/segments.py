@@ -423,12 +423,22 @@ class SegmentList:
                 self._drop_cache(upto - upto % PAGE)
 
     def _drop_cache(self, upto: int) -> None:
-        """Drop cached pages of [max(_dropped, start), upto), segment by segment (under `lock`).
+        """Drop cached pages of [max(_dropped, start), upto) (under `lock`)."""
+        self._drop_range(max(self._dropped, self.start), upto)
+        self._dropped = max(self._dropped, upto)
+
+    def drop_cold(self, offset: int, end: int) -> None:
+        """Drop cached pages of [offset, end) if all of it lies below what sync() has dropped behind the
+        writer already (a scrub's reads of old segments: on the loop, which alone releases segments)."""
+        if end <= self._dropped:
+            self._drop_range(max(offset, self.start), end)
+
+    def _drop_range(self, at: int, upto: int) -> None:
+        """Drop cached pages of [at, upto), segment by segment.
 
         In each file's own pages: a segment size that is no multiple of the page (an index's, counted in
         32-byte units) starts later segments inside a page of the offset space, and an unaligned start
         made madvise fail. Dropping only saves memory: a failure stops it (drop_error), never the store."""
-        at = max(self._dropped, self.start)
         while at < upto and self.drop_error is None:
             seg = self.find(at)
             if seg is None:
@@ -446,7 +456,6 @@ class SegmentList:
             except OSError as e:
                 self.drop_error = e
             at = stop
-        self._dropped = max(self._dropped, upto)
 
     # -- removing ------------------------------------------------------------------------------
     def drop_after(self, offset: int) -> None:
