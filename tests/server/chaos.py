@@ -386,7 +386,8 @@ async def _run(cluster: LocalCluster, seconds: float, seed: int, raft: bool, wri
     assert not crashed, f"a traceback in the log of {crashed}"
     summary.update(appends=len(ops), faults=len(nemesis.done), log=len(log),
                    kinds={k: sum(d.startswith(k) for d in nemesis.done)
-                          for k in ("kill", "pause", "wipe", "transfer", "partition", "full", "corrupt", "rot")})
+                          for k in ("kill", "pause", "wipe", "transfer", "partition", "full", "corrupt", "rot")},
+                   rot_found=sum(d.startswith("rot") and "not found" not in d for d in nemesis.done))
     return summary
 
 
