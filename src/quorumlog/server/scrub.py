@@ -4,7 +4,8 @@ Bit rot in an entry nobody reads stays unseen: recovery checks only what follows
 read checks only what it reads. Found late, when a follower needs that entry or the other copies are
 gone, it is lost. The scrub finds it while the peers still hold good copies, and the group handles it as
 a read that met damage (Group.on_corruption): a Raft member cuts its log there and fetches the rest
-again; a backup is streamed it again; a primary reports it.
+again; a backup is streamed it again; a primary has a backup elected in its place, then does the same
+(ha/node.py report_corruption).
 
 A pass walks begin..committed; the next pass starts `scrub_interval_hours` after the last one started
 (the first SCRUB_FIRST_DELAY_S after start, or sooner with a shorter interval). The node reads at most
@@ -60,8 +61,8 @@ class Scrubber:
         try:
             self.cursor, n = store.scrub(start, last, max(1, budget))
         except CorruptEntryError as e:
-            # The group cuts its log there (and fetches the rest again, checking it as it arrives) or, a
-            # primary, reports it: this pass ends; the next one, an interval later, reads the log again.
+            # The group cuts its log there and fetches the rest again, checking it as it arrives (a primary
+            # once replaced): this pass ends; the next one, an interval later, reads the log again.
             self.damaged += 1
             self.pass_started_s = None
             self.on_damage(e)
