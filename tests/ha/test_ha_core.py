@@ -720,10 +720,12 @@ def test_a_backup_that_cuts_a_damaged_entry_is_recovering_with_a_controller_and_
     p.run(100)
     assert all(p.code(p.append("a", [b"x%d" % i])) == OK for i in range(5))
     b = p.nodes["b"]
+    assert b.caught_up(1, "a")
     p.apply("b", b.report_corruption(CorruptEntryError("bad body crc", index=2), p.now))
     assert b.recovering and p.stores["b"].end_index == 1
+    assert not b.caught_up(1, "a")  # (what the primary had committed when b first streamed is no measure now)
     p.run(300)
-    assert p.bodies("b") == p.bodies("a") == [b"x%d" % i for i in range(5)]
+    assert p.bodies("b") == p.bodies("a") == [b"x%d" % i for i in range(5)] and b.caught_up(1, "a")
 
 
 def test_a_damaged_primary_with_a_controller_asks_for_a_backup_in_its_place_and_cuts_once_it_follows() -> None:

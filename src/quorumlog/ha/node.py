@@ -213,6 +213,7 @@ class HaNode:
             self._cut_at(index)
             self.backup.streaming = False
             self.backup.next_try = now_ms
+            self.backup.commit_seen = -2  # caught up again only with what the primary has acknowledged since
         elif self.primary is not None:
             self.damaged_at = index if self.damaged_at is None else min(index, self.damaged_at)
             self.primary.damaged = self.cfg.controller is not None
@@ -290,6 +291,7 @@ class HaNode:
             self.primary = Primary(self.node_id, self.group, self.members, self.store, self.cfg, self.config,
                                    self.epoch, self.producers, self.stats, self.isr, now)
             self.primary.confirmed = len(self.members) == 1
+            self.primary.damaged = self.damaged_at is not None and self.cfg.controller is not None  # (still)
         else:
             if self.damaged_at is not None:  # a damaged primary replaced as it asked: now cut and fetch again
                 self._cut_at(self.damaged_at)

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..argtypes import positive
 from ..config import HaConfig, RaftConfig, StoreConfig
-from ..errors import ResponseCode
+from ..errors import CorruptEntryError, ResponseCode
 from ..ha.messages import FRAME_HEADER, HaHandshake, HaTransfer, unpack_epochs
 from ..ha.node import HaNode
 from ..raft.appends import AppendRequest
@@ -42,7 +42,7 @@ from .runner import SeedResult, parse_seeds, run_cluster
 from .timeline import format_trace, window_phase
 
 GROUP, CTL = "pb", "ctl"
-PB_FAULTS = ("drop", "delay", "partition", "crash", "pause", "disk", "full", "expire", "wipe")
+PB_FAULTS = ("drop", "delay", "partition", "crash", "pause", "disk", "full", "expire", "wipe", "rot")
 EXTRA_FAULTS = ("reorder", "dup")  # beyond what TCP does: the protocol must stay safe, if slower
 POLL_MS = 50  # members poll the controller this often
 
@@ -100,6 +100,7 @@ class Member:
     loaded_epoch: int = 0  # its epoch at start: only an election above it confirms it
     cas: Ctl | None = None  # its in-sync change in flight, resent until a newer version is seen
     full_until: int | None = None  # the "full" fault: its disk has space again then
+    rot_pending: bool = False  # the "rot" fault struck it as primary: it cuts once it follows another
 
 
 class PbChecker(Checker):
@@ -140,6 +141,7 @@ class PbCluster:
         self.full_rng = random.Random(seed + (1 << 32))
         self.expire_rng = random.Random(seed + (2 << 32))
         self.wipe_rng = random.Random(seed + (3 << 32))
+        self.rot_rng = random.Random(seed + (4 << 32))
         self.commit_history: deque[tuple[int, int]] = deque([(0, -1)])  # (time, committed index seen)
         self.ids = [f"n{i}" for i in range(cfg.nodes)]
         self.ha = replace(cfg.ha, primary=self.ids[0], controller=CTL if cfg.controller else None)
@@ -176,7 +178,7 @@ class PbCluster:
 
     def crash(self, m: Member, until: int) -> None:
         m.node = m.driver = m.flush_at = m.paused_until = None
-        m.backlog, m.down_until = [], until
+        m.backlog, m.down_until, m.rot_pending = [], until, False  # (a real store's scrub finds it again)
         m.store.crash()
         self.outstanding = {k: p for k, p in self.outstanding.items() if k[0] != m.id}  # outcome unknown
         self.stats["crashes"] += 1
@@ -411,6 +413,10 @@ class PbCluster:
             self._failover()
         if phase != "quiet":
             self._clients()
+        for m in self.members.values():
+            if m.rot_pending and m.node is not None and m.node.damaged_at is None:  # replaced: it cut its log
+                m.rot_pending = False
+                self.checker.on_wipe(m.id)
         self.check()
         self.commit_history.append((t, len(self.checker.ref) - 1))
         if phase != "faults" and (step == self.cfg.steps - 1 or self.phase(step + 1) == "faults"):
@@ -492,11 +498,31 @@ class PbCluster:
                 self.stats["wipes"] += 1
                 self.stats["wipes_of_the_primary"] += m.id == self.reg.primary
                 self._trace(m.id, "WIPE: it restarts with an empty store")
+        rr = self.rot_rng
+        if ("rot" in f and self.cfg.controller and len(running) == len(self.ids) and rr.random() < 0.002
+                and not self.checker.damaged and not any(m.store.recovering or m.rot_pending for m in running)
+                and not self.net.blocked and all(t - self.heard[i] <= 2 * POLL_MS for i in self.ids)):
+            self._rot(rr.choice(running))
         fr = self.full_rng
         if "full" in f and running and fr.random() < 0.004 and not (m := fr.choice(running)).store.full:
             m.store.full, m.full_until = True, t + fr.randint(50, 1500)
             self.stats["disks_full"] += 1
             self._trace(m.id, f"DISK FULL until {m.full_until}")
+
+    def _rot(self, m: Member) -> None:
+        """A read (or the scrub) meets a damaged committed entry of `m`'s (one damaged copy at a time, as a
+        wipe): a backup cuts there at once; a primary asks for a backup in its place and cuts once it follows."""
+        s, node = m.store, m.node
+        if node is None or s.committed_index < s.begin_index or not {self.reg.primary, *self.reg.isr} - {m.id}:
+            return
+        index, end = self.rot_rng.randint(s.begin_index, s.committed_index), s.end_index
+        self._apply(m, node.report_corruption(CorruptEntryError("bit rot", index=index), self.time))
+        if s.end_index < end:
+            self.checker.on_wipe(m.id)
+        m.rot_pending = node.damaged_at is not None
+        self.stats["rots"] += 1
+        self.stats["rots_of_the_primary"] += m.rot_pending
+        self._trace(m.id, f"ROT: entry {index} found damaged")
 
     def _heal(self) -> None:
         self.heal_started = self.time
