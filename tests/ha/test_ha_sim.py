@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from quorumlog.ha.backup import Backup
+from quorumlog.ha.node import HaNode
 from quorumlog.ha.primary import Primary
 from quorumlog.sim import pb
 from quorumlog.sim.pb import EXTRA_FAULTS, PB_FAULTS, PbCluster, PbConfig, run_pb_seed
@@ -36,6 +37,7 @@ def test_pb_sim_three_nodes_200_seeds() -> None:
     # out of its core (one was raised, and any such exception fails a seed).
     assert t["disks_full"] > 100 and t["append_DISK_FULL"] > 0, t
     assert t["expired_entries"] > 10_000, t  # segment expiry on every member, as nodes run it
+    assert t["rots"] > 10 and t["rots_of_the_primary"] > 3, t  # damage found on backups and primaries
 
 
 def test_pb_sim_reordering_duplicating_network() -> None:
@@ -116,6 +118,22 @@ def test_pb_sim_catches_stale_truncates(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr(Backup, "on_truncate", any_truncate)
     assert first_failure(run_pb_seed, ALL, range(40))
+
+
+def test_pb_sim_catches_a_backup_cut_for_damage_counted_caught_up_too_soon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bug the rot fault found: a backup that cut its log for damage judged itself caught up by the
+    primary's commit when it first streamed, and was counted in sync lacking what it had cut."""
+    original = HaNode.report_corruption
+
+    def stale_measure(self: HaNode, error: Any, now: int) -> Any:
+        seen = self.backup.commit_seen if self.backup is not None else None
+        out = original(self, error, now)
+        if self.backup is not None and seen is not None:
+            self.backup.commit_seen = seen
+        return out
+
+    monkeypatch.setattr(HaNode, "report_corruption", stale_measure)
+    assert "(recorded in sync) lacks acknowledged entries" in first_failure(run_pb_seed, ALL, range(100))
 
 
 def test_pb_sim_main_reports_and_replays(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,6 +1,7 @@
 """A seeded simulation of a primary/backup group (ha/): HaNodes over MemoryStores, a virtual clock, the
 Raft simulator's network (FIFO per link as TCP is, unless "reorder"), lagging flushes, crashes (losing
-the unflushed tail), pauses, idempotent SYNC clients, and a controller: a linearizable register (version,
+the unflushed tail), pauses, full disks, expiry, replaced disks, damage found on one member ("rot": a
+backup cuts there, a primary hands off, then cuts), idempotent SYNC clients, and a controller: a linearizable register (version,
 epoch, primary, in-sync set) at an endpoint, "ctl", that partitions cut off like a member (the real one is
 a Raft group, server/controller.py). Members poll it; a primary's in-sync changes are compare-and-set on
 the version it last saw, one in flight at a time; a primary is confirmed only by an election above the
