@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -125,6 +126,29 @@ def test_sim_full_disks_refuse_appends_and_the_cluster_goes_on() -> None:
         full += r.stats["disks_full"]
         refused += r.stats["append_DISK_FULL"]
     assert full > 50 and refused > 50
+
+
+def test_sim_rot_found_while_running_is_cut_and_fetched_again() -> None:
+    """The "rot" fault: a read (or the scrub) meets a damaged committed entry of a running node, which cuts
+    its log there (a leader steps down) and fetches it again, neither voting nor leading meanwhile."""
+    rots = 0
+    for seed in range(30):
+        r = run_seed(seed, SimConfig(steps=2000))
+        assert r.ok, f"seed {seed} failed at step {r.step}: {r.error}\n{r.trace}"
+        rots += r.stats["rots"]
+    assert rots > 20
+
+
+def test_sim_catches_rot_cut_without_recovery(monkeypatch: pytest.MonkeyPatch) -> None:
+    def cut_and_forget(self: RaftNode, error: Any, now: int) -> Any:
+        out, before = self._begin()
+        self.store.mark_damaged(error.index, str(error))
+        self.store.clear_damage()  # as if nothing had been lost: it votes and leads at once
+        return self._finish(out, before)
+
+    monkeypatch.setattr(RaftNode, "report_corruption", cut_and_forget)
+    cfg = SimConfig(steps=3000, faults=("drop", "delay", "partition", "crash", "pause", "rot"))
+    assert "acknowledged entry" in first_failure(run_seed, cfg, range(200))
 
 
 def test_sim_catches_a_refusal_that_wrote(monkeypatch: pytest.MonkeyPatch) -> None:

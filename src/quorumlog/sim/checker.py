@@ -147,6 +147,12 @@ class Checker:
         self.last_commit[node] = -1
         self.damaged.add(node)
 
+    def on_cut(self, node: str, store: LogStore) -> None:
+        """A running node cut its log at damage it found (its commit index with it): it lacks entries until
+        it recovers them."""
+        self.last_commit[node] = min(self.last_commit[node], store.committed_index)
+        self.damaged.add(node)
+
     def on_reset(self, node: str, store: LogStore) -> None:
         """The node's log was reset to start at the leader's begin (its old log is gone)."""
         self.checkpointed[node] = min(self.checkpointed[node], store.begin_index - 1)

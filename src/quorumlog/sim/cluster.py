@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..config import RaftConfig, StoreConfig
-from ..errors import ResponseCode
+from ..errors import CorruptEntryError, ResponseCode
 from ..raft.driver import Driver
 from ..raft.messages import Message, Role, describe
 from ..raft.node import RaftNode
@@ -37,7 +37,7 @@ _PRODUCER_FORGOTTEN = (ResponseCode.UNKNOWN_PRODUCER, ResponseCode.SEQUENCE_TOO_
 # Answers that say the append was written nowhere (a full disk; a leader handing over, its own disk full).
 _NOTHING_WRITTEN = (ResponseCode.DISK_FULL, ResponseCode.LEADER_TRANSFERRING)
 ALL_FAULTS = ("drop", "dup", "delay", "partition", "crash", "pause", "skew", "disk", "corrupt", "transfer",
-              "wipe", "expire", "full")
+              "wipe", "expire", "full", "rot")
 # A single node has no peer to be cut from, to hand leadership to, or to recover lost data from.
 SINGLE_NODE_FAULTS = ("drop", "dup", "delay", "crash", "pause", "skew", "expire")
 # Virtual time after which a leader's expiry stops waiting for a silent member (it is reset on return).
@@ -80,6 +80,7 @@ class Cluster:
         self.cfg = cfg
         self.faults = set(cfg.faults)
         self.rng = random.Random(seed)
+        self.rot_rng = random.Random(seed + (4 << 32))  # its own stream: the other faults' runs stay as they were
         self.ids = [f"n{i}" for i in range(cfg.nodes)]
         self.time = 0
         self.step_no = 0
@@ -334,6 +335,22 @@ class Cluster:
             self.pause(rng.choice(running), t + rng.randint(20, 600))
         if "full" in f and rng.random() < 0.006:
             self._fill_disk(rng.choice(self.ids), t + rng.randint(50, 1500))
+        if "rot" in f and self.rot_rng.random() < 0.003:
+            self._rot(self.sims[self.rot_rng.choice(self.ids)])
+
+    def _rot(self, sim: SimNode) -> None:
+        """A read (or the scrub) meets a damaged committed entry of a running node's: it cuts its log there
+        (a leader steps down) and re-fetches it; one storage fault at a time, as at a crash."""
+        store, node = sim.store, sim.node
+        if (node is None or sim.paused_until is not None or self.checker.damaged
+                or store.committed_index < store.begin_index
+                or any(s.node is None or s.node.recovering or s.node.joining for s in self.sims.values())):
+            return
+        index = self.rot_rng.randint(store.begin_index, store.committed_index)
+        self._apply(sim, node.report_corruption(CorruptEntryError("bit rot", index=index), sim.now(self.time)))
+        self.checker.on_cut(sim.id, store)
+        self.stats["rots"] += 1
+        self._trace(sim.id, f"ROT: entry {index} found damaged; log cut to {store.end_index}")
 
     def _fill_disk(self, node_id: str, until: int) -> None:
         """The node's disk is full until `until` (or the heal): its store refuses appends, nothing written."""

@@ -1,11 +1,12 @@
 """A seeded simulation of a primary/backup group (ha/): HaNodes over MemoryStores, a virtual clock, the
 Raft simulator's network (FIFO per link as TCP is, unless "reorder"), lagging flushes, crashes (losing
 the unflushed tail), pauses, full disks, expiry, replaced disks, damage found on one member ("rot": a
-backup cuts there, a primary hands off, then cuts), idempotent SYNC clients, and a controller: a linearizable register (version,
-epoch, primary, in-sync set) at an endpoint, "ctl", that partitions cut off like a member (the real one is
-a Raft group, server/controller.py). Members poll it; a primary's in-sync changes are compare-and-set on
-the version it last saw, one in flight at a time; a primary is confirmed only by an election above the
-epoch it started with; one unheard for failover_timeout_ms is replaced by a live in-sync member.
+backup cuts there, a primary hands off, then cuts), idempotent SYNC clients, and a controller: a
+linearizable register (version, epoch, primary, in-sync set) at an endpoint, "ctl", that partitions cut
+off like a member (the real one is a Raft group, server/controller.py). Members poll it; a primary's
+in-sync changes are compare-and-set on the version it last saw, one in flight at a time; a primary is
+confirmed only by an election above the epoch it started with; one unheard for failover_timeout_ms is
+replaced by a live in-sync member.
 
 Checked every step: (a) an append answered SUCCESS was durable on min_in_sync backups, is in the committed
 log at its index, term, position and body, and is held by the recorded primary and in-sync set (running or
@@ -485,7 +486,7 @@ class PbCluster:
             self._trace(m.id, f"PAUSE until {m.paused_until}")
         wr = self.wipe_rng
         if ("wipe" in f and self.cfg.controller and len(running) == len(self.ids) and wr.random() < 0.002
-                and not self.checker.damaged and not any(m.store.recovering for m in running)
+                and not self.checker.damaged and not any(m.store.recovering or m.rot_pending for m in running)
                 and not self.net.blocked and all(t - self.heard[i] <= 2 * POLL_MS for i in self.ids)):
             # One disk replaced at a time, while every other member runs, is heard and holds what it acked.
             # (A failover that picks the wiped member before it asked to be left out leaves the group to
