@@ -225,17 +225,23 @@ async def _n0_replaced_and_caught_up(c: AsyncClient, cluster: Any, acked: dict[i
         return new[0] if new and new[0] != "n0" else None
 
     new = await await_until(replaced, 30, "an in-sync backup elected in n0's place")
+    await _caught_up_and_everything_everywhere(c, cluster, "n0", acked)
+    assert new in ("n1", "n2") and all(n.alive for n in cluster.nodes)
+
+
+async def _caught_up_and_everything_everywhere(c: AsyncClient, cluster: Any, node_id: str,
+                                               acked: dict[int, bytes]) -> None:
+    """Append 20 more; `node_id` catches up and clears `recovering`; every acknowledged append is on every node."""
     acked.update({(await c.append(f"b{i}".encode())).index: f"b{i}".encode() for i in range(20)})
 
-    async def n0_caught_up() -> bool:
-        s = (await statuses(c, cluster)).get("n0", {})
+    async def caught_up() -> bool:
+        s = (await statuses(c, cluster)).get(node_id, {})
         return not s.get("recovering", True) and s.get("committed_index") == max(acked)
 
-    await await_until(n0_caught_up, 30, "n0 caught up and cleared")
+    await await_until(caught_up, 30, f"{node_id} caught up and cleared")
     for node in cluster.nodes:
         bodies = dict(await committed_entries(node.address))
         assert all(bodies.get(i) == b for i, b in acked.items()), f"{node.node_id} lacks acknowledged entries"
-    assert new in ("n1", "n2") and all(n.alive for n in cluster.nodes)
 
 
 @pytest.mark.parametrize("who", ["primary", "backup"])
@@ -262,16 +268,7 @@ def test_the_scrub_finds_bit_rot_on_a_primary_or_backup_and_the_group_heals(clus
             if who == "primary":
                 await _n0_replaced_and_caught_up(c, cluster, acked)
             else:
-                acked.update({(await c.append(f"b{i}".encode())).index: f"b{i}".encode() for i in range(20)})
-
-                async def n1_caught_up() -> bool:
-                    s = (await statuses(c, cluster)).get("n1", {})
-                    return not s.get("recovering", True) and s.get("committed_index") == max(acked)
-
-                await await_until(n1_caught_up, 30, "n1 streamed again and caught up")
-                for node in cluster.nodes:
-                    bodies = dict(await committed_entries(node.address))
-                    assert all(bodies.get(i) == b for i, b in acked.items()), f"{node.node_id} lacks acked entries"
+                await _caught_up_and_everything_everywhere(c, cluster, "n1", acked)
             async with AsyncClient(cluster.nodes[node_index(cluster, node_id)].address) as direct:
                 assert (await direct.get(index)).body == acked[index]
 
