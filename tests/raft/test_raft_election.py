@@ -254,6 +254,30 @@ def test_raft_damaged_node_neither_votes_nor_campaigns_until_refetched() -> None
     assert leader is not None and s.terms("n2") == s.terms(leader)
 
 
+def test_raft_damaged_node_recovers_only_once_the_refetched_entries_are_durable() -> None:
+    """n2 fetched its lost committed entries again, but its flush has not run: a crash now loses them once
+    more. Until they are durable it stays recovering (no vote), and the flag it persists carries that
+    through a crash. Ending recovery before the flush let a restarted n2 vote for a leader lacking them
+    (the simulator's rot fault, seed 410458)."""
+    s, store, committed = _n2_loses_committed_entries(seed=9)
+    node = s.restart("n2")
+    s.auto_flush = False
+    for _ in range(300):  # every node flushes but n2
+        s.run(10)
+        for i in s.owed - {"n2"}:
+            s.flush(i)
+    assert store.end_index >= committed and store.committed_index >= committed
+    assert store.durable_index < committed
+    assert node.recovering and not node.can_vote() and store.recovering
+    store.checkpoint()
+    store.crash()  # the unflushed entries are gone again; the debt is not
+    node = s.restart("n2")
+    assert node.recovering and not node.can_vote()
+    s.auto_flush = True
+    s.run(2000)
+    assert not node.recovering and node.can_vote() and store.damage is None and store.durable_index >= committed
+
+
 def test_raft_bad_input_is_answered_not_raised() -> None:
     s = _caught_up_three()
     node = s.nodes["n1"]

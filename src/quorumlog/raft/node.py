@@ -272,9 +272,9 @@ class RaftNode:
         lc = self.recover_leader_end
         if floor is None or lc is None:
             return
-        # The leader's end covers `floor`: that leader holds every committed entry, and any entry this
-        # node acknowledged and lost is either in its log or was never committed (and never will be).
-        if self.store.committed_index >= lc:
+        # The leader's end covers `floor`: that leader holds every committed entry, and any entry this node
+        # acknowledged and lost is in its log, durable (not just written), or was never committed.
+        if min(self.store.committed_index, self.store.durable_index) >= lc:
             self.store.clear_damage()
             m = self.member
             # A vote this node cast in the current term before it lost its state is unknown: count it cast.
