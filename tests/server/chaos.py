@@ -204,7 +204,7 @@ class Nemesis:
     async def _rot(self, i: int) -> None:
         """Flip a bit under running node i (bit rot nobody reads); wait for its scrub to find it (bounded: the
         bit may land where nothing is checked, in a segment's blank end or past the committed entries)."""
-        if i in self.down or self.down or self.wiped or not await self._all_caught_up():
+        if self.down or self.wiped or not await self._all_caught_up():  # every node up and whole
             return
         node = self.cluster.nodes[i]
         self.wiped.add(i)  # one damaged copy at a time
