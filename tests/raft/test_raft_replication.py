@@ -97,6 +97,32 @@ def test_raft_lost_ack_answered_by_fall_behind_success() -> None:
     assert result is not None and result.code == ResponseCode.SUCCESS
 
 
+def test_raft_ack_of_a_shorter_push_from_the_same_index_keeps_the_longer_one_in_flight() -> None:
+    """A resent push can start where an older, shorter one did (batches cut differently after new appends).
+    The ack of the older one names the same first index: it ended the longer push too, so the leader held
+    nothing in flight, had sent everything, and an idle group's follower stayed behind for good (the
+    simulator, seed 430619: not converged after the heal)."""
+    s = _three()
+    leader = s.stores["n0"]
+    first = leader.end_index + 1
+
+    def to_n1(m: Message) -> bool:
+        return isinstance(m, PushRequest) and m.target == "n1" and m.kind == PushKind.APPEND
+
+    rid = s.propose("n0", [b"a", b"b", b"c", b"d"])  # one push of 4 to n1, lost
+    s.settle(drop=to_n1)
+    assert s.result("n0", rid) is not None and s.stores["n1"].end_index == first - 1
+    older, n = leader.read_raw(first, 2, 1 << 20)  # the older, shorter push from the same index arrives
+    term = s.nodes["n0"].term
+    s.apply("n1", s.nodes["n1"].step(PushRequest("g0", "n0", "n1", term, PushKind.APPEND, first,
+                                                 leader.term_at(first - 1), leader.committed_index, n,
+                                                 leader.term_at(first + 1), older), s.clock["n1"]))
+    s.settle()
+    assert s.stores["n1"].end_index == first + 1
+    s.run(2 * SCRIPT_RAFT.max_push_timeout_ms)  # nothing new is appended: only the leader's resend helps
+    assert s.stores["n1"].end_index == leader.end_index and s.terms("n1") == s.terms("n0")
+
+
 def test_raft_follower_acks_only_what_is_durable() -> None:
     s = _three()
     s.auto_flush = False

@@ -81,8 +81,10 @@ def test_sim_a_seed_replays_exactly() -> None:
 
 
 # Seeds that once failed, replayed in full. 6073: a repair found through a heartbeat answer raised the
-# watermark by a compare with no append to follow, and older-term entries stayed uncommitted.
-REGRESSIONS = [(6073, SimConfig(steps=2000))]
+# watermark by a compare with no append to follow, and older-term entries stayed uncommitted. 410458: a
+# node ended its recovery before the re-fetched entries were durable. 430619: an older, shorter push's ack
+# ended a longer one from the same index, and an idle follower stayed behind.
+REGRESSIONS = [(6073, SimConfig(steps=2000)), (410458, SimConfig(steps=5000)), (430619, SimConfig(steps=5000))]
 
 
 @pytest.mark.parametrize(("seed", "cfg"), REGRESSIONS)

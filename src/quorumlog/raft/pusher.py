@@ -295,7 +295,9 @@ class Leader:
                 d.disk_full = False
                 d.stored = True
                 inflight = d.inflight
-                inflight.pop(resp.index, None)
+                sent = inflight.get(resp.index)
+                if sent is not None and sent[0] <= resp.acked:  # (not an older, shorter push from there)
+                    del inflight[resp.index]
                 if resp.acked > d.match:
                     d.match = resp.acked
                     # Pushes wholly below the watermark are done even if their own ack was lost.
