@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import os
 import random
 import shutil
@@ -195,7 +196,13 @@ class Nemesis:
                 fill_to_the_brim(filler)
             else:  # past disk_full_ratio (0.90): 98 % used
                 u = shutil.disk_usage(disk)
-                await fill_disk(filler, max(u.free - int(u.total * 0.02), 1))
+                try:
+                    await fill_disk(filler, max(u.free - int(u.total * 0.02), 1))
+                except OSError as e:  # the nodes wrote more meanwhile: take the rest, to the brim
+                    if e.errno != errno.ENOSPC:
+                        raise
+                    brim = True
+                    fill_to_the_brim(filler)
             await asyncio.sleep(self.rng.uniform(0.5, 3.0))
         finally:
             filler.unlink(missing_ok=True)  # (a wipe may have deleted it)
