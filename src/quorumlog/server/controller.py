@@ -20,7 +20,7 @@ On each node, `Controller.tick` applies what the controller group committed, the
   restarts asks to be elected again, in a new epoch, so a stale one is never confirmed;
 - records its primaries' in-sync changes (a backup leaves the set only once recorded: primary.py);
 - records a hand-off request when a primary's own disk is full (primary.py, `hand_off_to`), and
-  withdraws it when appends fit again;
+  withdraws it when appends fit again, or when its log is damaged (for good: it cuts once it follows);
 - on the controller group's leader, promotes the first live member of the recorded in-sync set when
   the primary has not been heard (by the controller group's Raft heartbeats) for failover_timeout_ms,
   or when it asked for a hand-off (the backup it named, if live). Only the leader knows who is live:
@@ -64,7 +64,7 @@ class Assignment:
     version: int = 0  # commands applied to this group's record
     previous: str = ""  # the primary of the epoch before (the one the last election replaced)
     isr_seen: bool = True  # some backup was recorded in sync in this epoch (so an ack may have needed it)
-    hand_off: str = ""  # the in-sync backup the primary, its disk full, asked to be elected in its place
+    hand_off: str = ""  # the in-sync backup the primary (disk full, log damaged) asked to be elected in its place
 
 
 def encode_command(kind: str, group: str, prev_epoch: int, epoch: int, primary: str, isr: set[str],
@@ -292,7 +292,7 @@ class Controller:
             isr = set(candidates)  # the dead stay out: the new primary would wait for them
             if self._propose(name, ELECT, encode_command(ELECT, name, a.epoch, a.epoch + 1, new, isr, a.version),
                              now):
-                why = f"the disk of primary {a.primary} is full" if a.hand_off else \
+                why = f"primary {a.primary} asked for a hand-off (a full disk or a damaged log)" if a.hand_off else \
                     f"primary {a.primary} unheard for {timeout} ms"
                 log.warning("group %s: %s: electing %s (epoch %d)", name, why, new, a.epoch + 1)
 
