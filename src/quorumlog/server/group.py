@@ -23,9 +23,8 @@ import contextlib
 import logging
 import random
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import GroupConfig
@@ -44,7 +43,7 @@ from ..raft.ready import APPEND, Completion, Ready, RoleChange
 from ..store.file_store import store_dir
 from .codec import PeerMessage
 from .events import ELECTION, RECOVERY, TRANSFER, Events
-from .metrics import Histogram
+from .metrics import GroupStats
 from .scrub import Scrubber
 from .store import NodeStore
 
@@ -83,43 +82,6 @@ class _Append:
     producer: int = 0  # the idempotent producer (0: none) and its sequence
     seq: int = -1
     expected_end: int | None = None  # a conditional append: the group's last client entry expected
-
-
-@dataclass(slots=True)
-class GroupStats:
-    """What /metrics reports for a group besides the core's own counters."""
-
-    append_latency: Histogram = field(default_factory=Histogram)  # request arrival -> answer, per request
-    commit_latency: Histogram = field(default_factory=Histogram)  # proposal -> quorum ack, per proposal
-    fsync_latency: Histogram = field(default_factory=Histogram)
-    entries_in: int = 0  # appended by clients (leader) or received in pushes (follower)
-    bytes_in: int = 0
-    entries_out: int = 0  # served to readers and tail subscribers
-    bytes_out: int = 0
-    push_bytes_out: int = 0  # replicated to followers
-    flushes: int = 0
-    flushes_on_loop: int = 0  # of them, small ones run on the event loop (INLINE_FLUSH_BYTES)
-    leader_changes: int = 0  # a leader other than the last one known became known (the first one counts)
-    core_errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (call, exception type) -> count
-
-    def doc(self) -> dict[str, Any]:
-        """The counters and latencies in the status document (a dashboard takes rates from successive ones)."""
-        return {"entries_in": self.entries_in, "bytes_in": self.bytes_in, "entries_out": self.entries_out,
-                "bytes_out": self.bytes_out, "flushes": self.flushes,
-                "append_latency_s": latency_doc(self.append_latency),
-                "commit_latency_s": latency_doc(self.commit_latency),
-                "fsync_latency_s": latency_doc(self.fsync_latency)}
-
-
-def latency_doc(h: Histogram) -> dict[str, Any]:
-    """A latency histogram in a status document: p50 and p99 since start (None: above the largest bound),
-    and the buckets, from which a reader takes quantiles over a window of its own."""
-    def q(x: float) -> float | None:
-        v = h.quantile(x)
-        return None if v == float("inf") else v
-
-    return {"count": h.count, "sum": round(h.total, 6), "p50": q(0.5), "p99": q(0.99), "bounds": list(h.bounds),
-            "counts": list(h.counts)}
 
 
 class LoopTurn:

@@ -49,7 +49,7 @@ from ..net.server import Server, serve
 from ..raft.member import members_digest
 from .codec import HA_MESSAGES, PEER_OPS, PeerMessage, decode_message
 from .events import NODE, REFUSAL, TRANSFER, CounterWatch, Events
-from .group import Group, LoopTurn, latency_doc, now_ms
+from .group import Group, LoopTurn, now_ms
 from .metrics import Histogram
 from .peers import PeerLinks, bind_listener, split_address
 from .reads import get_committed, read_committed
@@ -542,7 +542,7 @@ class NodeServer:
             "peers_connected": self.links.connected(),
             "peer_refusals": self.links.refusals(),  # our HELLOs each peer refused
             "hello_refusals": self.server.refusals.count if self.server is not None else 0,  # we refused
-            "loop_lag_s": latency_doc(self.loop_lag),
+            "loop_lag_s": self.loop_lag.doc(),
             "groups": {g.name: g.status() for g in groups},
             # Oldest first; asked for some groups (a token may see no other), theirs only.
             "events": [e for e in self.events.recent() if names is None or e["group"] in names],
