@@ -19,8 +19,8 @@ On each node, `Controller.tick` applies what the controller group committed, the
 - confirms a primary only by an election committed after this process started; a primary that
   restarts asks to be elected again, in a new epoch, so a stale one is never confirmed;
 - records its primaries' in-sync changes (a backup leaves the set only once recorded: primary.py);
-- records a hand-off request when a primary's own disk is full (primary.py, `hand_off_to`), and
-  withdraws it when appends fit again, or when its log is damaged (for good: it cuts once it follows);
+- records a hand-off request when a primary's own disk is full (withdrawn when appends fit again) or its
+  log is damaged (for good: it cuts once it follows) (primary.py, `hand_off_to`);
 - on the controller group's leader, promotes the first live member of the recorded in-sync set when
   the primary has not been heard (by the controller group's Raft heartbeats) for failover_timeout_ms,
   or when it asked for a hand-off (the backup it named, if live). Only the leader knows who is live:
@@ -206,11 +206,14 @@ class Controller:
                 node.confirm(set(a.isr))
             elif set(a.isr) != node.primary.isr:
                 node.primary.isr_recorded(set(a.isr))
-            # Our disk is full (or has room again): ask for (or withdraw) a hand-off; the controller's leader elects.
+            # Our disk is full or our log damaged (or the disk has room again): ask for (or withdraw) a hand-off;
+            # the controller's leader elects.
             target = node.primary.hand_off_to or ""
             if target != a.hand_off and self._propose(g.name, HAND_OFF, encode_command(
                     HAND_OFF, g.name, a.epoch, a.epoch, me, {target} - {""}), now) and target:
-                log.warning("group %s: the disk of %s is full: asking the controller to elect %s", g.name, me, target)
+                what, state = ("log", "damaged") if node.primary.damaged else ("disk", "full")
+                log.warning("group %s: the %s of %s is %s: asking the controller to elect %s", g.name, what, me, state,
+                            target)
             want = node.primary.wanted_isr()
             if want is not None:
                 self._propose(g.name, ISR, encode_command(ISR, g.name, a.version, a.epoch, me, want), now)

@@ -506,7 +506,8 @@ class Group:
         """A client read met a corrupt entry of this replica: cut there and re-fetch from the peers."""
         if self._closed:
             return
-        log.error("group %s: %s; re-fetching from the peers", self.name, error)
+        log.error("group %s: %s; cutting the log there to fetch it again (a primary/backup primary hands off "
+                  "first)", self.name, error)
         self.apply(self.node.report_corruption(error, now_ms()))
 
     def _scrub_found(self, error: CorruptEntryError) -> None:
