@@ -19,10 +19,16 @@ from quorumlog.net.bodies import (
     OPT_STR,
     STR,
     U16,
+    Any_,
+    Bool,
     Bytes,
+    Float,
+    Int,
     List,
     Map,
+    Opt,
     Schema,
+    Str,
     decode_response,
     decode_response_view,
     encode_error,
@@ -212,3 +218,100 @@ def test_ok_answers_pack_large_bytes_to_the_same_bytes(size, kind):
         assert isinstance(read, list) and any(part is data for part in read)
     else:
         assert isinstance(read, bytes)
+
+
+# Values of every kind a field may meet: in and out of each type's range, wrong types, nested lists.
+_ANY_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**64), max_value=2**64)
+    | st.sampled_from([-1, 0, 1, 255, 256, 2**32 - 1, 2**32, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1])
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=4) | st.binary(max_size=4)
+    | st.builds(bytearray, st.binary(max_size=4)) | st.builds(memoryview, st.binary(max_size=4)),
+    lambda inner: st.lists(inner, max_size=3) | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(st.text(max_size=2) | st.integers(0, 3), inner, max_size=2),
+    max_leaves=6)
+_BOUNDS = Schema("Bounds", [("s", Str(3)), ("b", Bytes(3)), ("i", Int(-2, 5)), ("l", List(U16, 2)),
+                             ("o", Opt(Bytes(2))), ("f", Float()), ("m", Map(Opt(Int(0, 1)))), ("t", Bool())])
+_ALL_SCHEMAS = sorted({id(s): s for s in [S, _BOUNDS, *schemas.REQUESTS.values(), *schemas.RESPONSES.values(),
+                                          *schemas.ONEWAYS.values(), *schemas.PEER_MESSAGES.values()]}.values(),
+                      key=lambda s: s.name)
+
+
+def _fields_fit(schema: Schema, values: tuple) -> bool:
+    """The field-by-field checks alone (what the compiled test must agree with)."""
+    try:
+        for (_, t), v in zip(schema.fields, values, strict=True):
+            t.check(v, "")
+    except ProtocolError:
+        return False
+    return True
+
+
+@settings(max_examples=500, deadline=None)
+@given(schema=st.sampled_from(_ALL_SCHEMAS) | st.just(_BOUNDS), data=st.data())  # (half: small bounds)
+def test_a_schemas_compiled_test_agrees_with_its_field_checks(schema, data):
+    """Each schema tests a message's values in one generated function; it must accept exactly what the
+    field-by-field checks accept, for valid values (drawn from a valid message, then some fields
+    replaced by anything) and for anything at all."""
+    n = len(schema.fields)
+    valid = tuple(_valid_value(t, data) for _, t in schema.fields)
+    assert _fields_fit(schema, valid)
+    mutated = list(valid)
+    for i in data.draw(st.lists(st.integers(0, max(n - 1, 0)), max_size=n)) if n else []:
+        mutated[i] = data.draw(_ANY_VALUE)
+    for values in (valid, tuple(mutated)):
+        fits = _fields_fit(schema, values)
+        assert schema._passes(values) is fits, (schema, values)
+        if fits:
+            schema.check(values)
+        else:
+            with pytest.raises(ProtocolError):
+                schema.check(values)
+    assert schema._passes(list(valid)) is False  # a list goes the field-by-field way (and passes there)
+    schema.check(list(valid))
+
+
+def _valid_value(t, data):
+    """A value `t` accepts, drawn by its kind (every field type the registered schemas use)."""
+    if isinstance(t, Int):
+        return data.draw(st.sampled_from([t.lo, t.hi]) | st.integers(t.lo, t.hi))
+    if isinstance(t, Float):
+        return data.draw(st.floats(allow_nan=False, allow_infinity=False))
+    if isinstance(t, Str):
+        return data.draw(st.text(min_size=min(t.max_len, 3), max_size=min(t.max_len, 3))
+                         | st.text(max_size=min(t.max_len, 8)))
+    if isinstance(t, Bytes):
+        most = 8 if t.max_len is None else min(t.max_len, 8)
+        return data.draw(st.binary(min_size=most, max_size=most) | st.binary(max_size=most))
+    if isinstance(t, Bool):
+        return data.draw(st.booleans())
+    if isinstance(t, Opt):
+        return None if data.draw(st.booleans()) else _valid_value(t.inner, data)
+    if isinstance(t, List):
+        return tuple(_valid_value(t.item, data) for _ in range(data.draw(st.integers(0, min(t.max_len, 2)))))
+    if isinstance(t, Map):
+        keys = data.draw(st.lists(st.text(max_size=3), max_size=2))
+        return {k: _valid_value(t.value, data) for k in keys}
+    if isinstance(t, Any_):
+        return data.draw(st.integers(0, 9) | st.text(max_size=3))
+    raise AssertionError(f"no valid values known for {t!r}")
+
+
+@pytest.mark.parametrize("t,values", [
+    (Int(-2, 5), [-3, -2, 5, 6, True, False, 1.0, None, "1"]),
+    (U16, [0, 0xFFFF, 0x10000, -1]),
+    (Float(), [0.5, 1, float("nan"), float("inf"), -float("inf"), True, None, "0.5"]),
+    (Str(3), ["", "abc", "abcd", b"abc", None]),
+    (Bytes(3), [b"", b"abc", b"abcd", bytearray(b"ab"), memoryview(b"abcd"), memoryview(b"a"), "ab", None]),
+    (BYTES, [b"x" * 100, bytearray(), "x", 1]),
+    (Bool(), [True, False, 1, 0, None, 1.0]),
+    (Opt(Int(0, 1)), [None, 0, 1, 2, True]),
+    (Opt(Bytes(2)), [None, b"ab", b"abc", "ab"]),
+    (List(U16, 2), [(), (1,), [1, 2], (1, 2, 3), (1, -1), (1, True), (1, None), "12", b"12", None]),
+    (List(List(Bool(), 1)), [((True,),), ((True, False),), ((1,),), ([],), (None,)]),
+    (Map(Opt(Int(0, 1))), [{}, {"a": None}, {"a": 2}, {1: 1}, [], None]),
+    (ANY, [1, "x", (1, [2]), {"a": msgpack.ExtType(1, b"")}, msgpack.ExtType(1, b"")]),
+])
+def test_a_fields_compiled_test_agrees_with_its_check_at_the_edges(t, values):
+    one = Schema("One", [("x", t)])
+    for v in values:
+        assert one._passes((v,)) is _fields_fit(one, (v,)), (t, v)

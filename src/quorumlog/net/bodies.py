@@ -38,6 +38,14 @@ class FieldType:
     def check(self, value: Any, where: str) -> None:
         """Raise ProtocolError if value does not fit."""
 
+    def test(self, var: str, ns: dict[str, Any]) -> str:
+        """A Python expression, true exactly when the value named `var` passes `check` (and raising
+        nothing `check` would not): a schema compiles its fields' tests into one function. This default
+        calls `check`; the common types inline theirs."""
+        name = f"_check{len(ns)}"
+        ns[name] = self.check
+        return f"_passes({name}, {var})"
+
     def __repr__(self) -> str:
         return self.name
 
@@ -60,6 +68,9 @@ class Int(FieldType):
         if not self.lo <= value <= self.hi:
             raise FieldValueError(f"{where}: {value} outside {self.lo}..{self.hi}")
 
+    def test(self, var: str, ns: dict[str, Any]) -> str:
+        return f"type({var}) is int and {self.lo} <= {var} <= {self.hi}"
+
 
 class Float(FieldType):
     """A finite float (ints accepted: msgpack keeps 1.0 and 1 apart, callers need not)."""
@@ -70,6 +81,9 @@ class Float(FieldType):
     def check(self, value: Any, where: str) -> None:
         if type(value) not in (float, int) or not math.isfinite(value):
             raise _bad(where, self.name, value)
+
+    def test(self, var: str, ns: dict[str, Any]) -> str:
+        return f"(type({var}) is float or type({var}) is int) and _isfinite({var})"
 
 
 class Str(FieldType):
@@ -87,6 +101,9 @@ class Str(FieldType):
         if len(value) > self.max_len:
             raise FieldValueError(f"{where}: string longer than {self.max_len}")
 
+    def test(self, var: str, ns: dict[str, Any]) -> str:
+        return f"type({var}) is str and len({var}) <= {self.max_len}"
+
 
 class Bytes(FieldType):
     """Binary data (msgpack bin); bytes-like values are accepted when encoding."""
@@ -103,6 +120,10 @@ class Bytes(FieldType):
         if self.max_len is not None and len(value) > self.max_len:
             raise FieldValueError(f"{where}: {len(value)} bytes, more than {self.max_len}")
 
+    def test(self, var: str, ns: dict[str, Any]) -> str:
+        bound = "" if self.max_len is None else f" and len({var}) <= {self.max_len}"
+        return f"isinstance({var}, _BYTES_LIKE){bound}"
+
 
 class Bool(FieldType):
     __slots__ = ()
@@ -111,6 +132,9 @@ class Bool(FieldType):
     def check(self, value: Any, where: str) -> None:
         if type(value) is not bool:
             raise _bad(where, self.name, value)
+
+    def test(self, var: str, ns: dict[str, Any]) -> str:
+        return f"type({var}) is bool"
 
 
 class Opt(FieldType):
@@ -125,6 +149,9 @@ class Opt(FieldType):
     def check(self, value: Any, where: str) -> None:
         if value is not None:
             self.inner.check(value, where)
+
+    def test(self, var: str, ns: dict[str, Any]) -> str:
+        return f"{var} is None or ({self.inner.test(var, ns)})"
 
 
 class List(FieldType):
@@ -144,6 +171,12 @@ class List(FieldType):
         check = self.item.check
         for i, v in enumerate(value):
             check(v, f"{where}[{i}]")
+
+    def test(self, var: str, ns: dict[str, Any]) -> str:
+        item = f"_item{len(ns)}"
+        ns[item] = None  # (reserves the name: a list of lists gets a variable per level)
+        return (f"isinstance({var}, _SEQUENCE) and len({var}) <= {self.max_len} "
+                f"and all({self.item.test(item, ns)} for {item} in {var})")
 
 
 class Map(FieldType):
@@ -229,6 +262,32 @@ def _has_large(values: tuple[Any, ...], at: tuple[int, ...]) -> bool:
     return False
 
 
+def _passes(check: Any, value: Any) -> bool:
+    try:
+        check(value, "")
+    except ProtocolError:
+        return False
+    return True
+
+
+def _compile_test(types: tuple[FieldType, ...]) -> Any:
+    """One function testing a tuple of values against `types`: True when each passes its type's check.
+
+    Generated once per schema from the types' `test` expressions, so the values of a message are tested
+    in one call rather than one call per field (a node receives a few messages per append). False sends
+    the caller to the field-by-field checks, which name what does not fit; a list of values goes there
+    too (msgpack decodes arrays as tuples, and encoders pass tuples)."""
+    ns: dict[str, Any] = {"_passes": _passes, "_isfinite": math.isfinite, "_BYTES_LIKE": (bytes, bytearray, memoryview),
+                          "_SEQUENCE": (list, tuple)}
+    names = [f"v{i}" for i in range(len(types))]
+    tests = " and ".join(f"({t.test(v, ns)})" for t, v in zip(types, names, strict=True)) or "True"
+    unpack_line = f"    {', '.join(names)}, = values\n" if names else ""
+    source = (f"def passes(values):\n    if type(values) is not tuple or len(values) != {len(types)}:\n"
+              f"        return False\n{unpack_line}    return {tests}\n")
+    exec(source, ns)  # noqa: S102 (the source is made here, from the types' own expressions)
+    return ns["passes"]
+
+
 class Schema:
     """The body of one (operation, kind): an ordered tuple of (name, FieldType).
 
@@ -237,7 +296,7 @@ class Schema:
     (code, reason, leader) instead of this schema's; see decode_response().
     """
 
-    __slots__ = ("name", "fields", "types", "record", "generic_errors", "_bytes_at", "_checks")
+    __slots__ = ("name", "fields", "types", "record", "generic_errors", "_bytes_at", "_checks", "_passes")
 
     def __init__(self, name: str, fields: Sequence[tuple[str, FieldType]], *,
                  generic_errors: bool = True) -> None:
@@ -247,31 +306,38 @@ class Schema:
         self.record: Any = namedtuple(name, [n for n, _ in self.fields])  # type: ignore[misc]
         self.generic_errors = generic_errors
         self._bytes_at = tuple(i for i, t in enumerate(self.types) if isinstance(t, Bytes))
-        # (check, where) per field, made once: a message is validated field by field on every receive.
+        # (check, where) per field, made once: what names the field that does not fit.
         self._checks = tuple((t.check, f"{name}.{n}") for n, t in self.fields)
+        self._passes = _compile_test(self.types)
 
     def __repr__(self) -> str:
         return f"Schema({self.name}: {', '.join(f'{n}: {t.name}' for n, t in self.fields)})"
 
     def validate(self, values: Sequence[Any]) -> Any:
         """Check already-unpacked values; return them as this schema's record."""
+        self.check(values)
+        return self.record._make(values)
+
+    def check(self, values: Sequence[Any]) -> None:
+        """Raise ProtocolError, naming the first field that does not fit, unless `values` fit."""
+        if self._passes(values):  # one compiled expression: the common case, every message received
+            return
         if not isinstance(values, list | tuple):
             raise ProtocolError(f"{self.name}: body is not an array")
         if len(values) != len(self._checks):
             raise ProtocolError(f"{self.name}: expected {len(self._checks)} fields, got {len(values)}")
         for (check, where), v in zip(self._checks, values, strict=False):  # lengths compared above
             check(v, where)
-        return self.record._make(values)
 
     def encode(self, *values: Any) -> bytes:
         """Validate and pack the values; ProtocolError if they do not fit the schema."""
-        self.validate(values)
+        self.check(values)
         return _packb(values)
 
     def encode_body(self, *values: Any) -> Body:
         """`encode`, but a large bytes field (a push's entries) comes back between the bytes around it,
         not copied, for a frame writer to send as parts."""
-        self.validate(values)
+        self.check(values)
         if _has_large(values, self._bytes_at):
             return _pack_parts(values)
         return _packb(values)

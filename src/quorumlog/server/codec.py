@@ -84,6 +84,7 @@ def decode_message(f: Frame) -> PeerMessage:
     cls = _CLASSES.get(key)
     if cls is None:
         raise ProtocolError(f"one-way {op_name(f.op)} frame with unknown direction {f.request_id}")
-    values = PEER_MESSAGES[key].validate(unpack(f.body))
+    values = unpack(f.body)
+    PEER_MESSAGES[key].check(values)
     msg: PeerMessage = cls(*values)
     return msg
