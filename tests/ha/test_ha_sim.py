@@ -4,6 +4,7 @@ bugs when one is planted."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -143,3 +144,14 @@ def test_pb_sim_main_reports_and_replays(monkeypatch: pytest.MonkeyPatch, capsys
     assert pb.main(["--seeds", "0:40", "--steps", "1000", "--trace", "20"]) == 1
     err = capsys.readouterr().err
     assert "FAIL seed" in err and "--- replay: python -m quorumlog.sim --mode pb --seeds " in err
+
+
+def test_pb_sim_a_log_cut_at_damage_restarts_with_its_checkpoints_commit() -> None:
+    """Seeds 180766 and 180852 of `--seeds 180000:181000 --steps 3000 --faults all`: a primary cut its log at
+    damage once replaced, fetched it again up to a commit below its checkpoint's, then crashed; its restart
+    took the checkpoint's commit (entries the group had committed, fetched back). The checker had treated
+    the cut as a wiped store, whose checkpoint is gone, and called that commit invented."""
+    for seed in (180766, 180852):
+        r = run_pb_seed(seed, replace(ALL, steps=3000))
+        assert r.ok, f"seed {seed} failed at step {r.step}: {r.error}\n{r.trace}"
+        assert r.stats["rots_of_the_primary"] > 0

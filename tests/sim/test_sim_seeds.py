@@ -203,3 +203,17 @@ def test_sim_runner_main_reports_and_replays(monkeypatch: pytest.MonkeyPatch,
     assert main(["--seeds", "0:50", "--steps", "300", "-q", "--max-failures", "1", "--trace", "20"]) == 1
     err = capsys.readouterr().err
     assert "FAIL seed" in err and "--- replay: quorumlog simulate --seeds " in err
+
+
+def test_sim_catches_a_restart_that_claims_more_commit_than_it_had(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The restart check's bound (the commit a node had, or its checkpoint's after a cut at damage) still
+    catches a store that restores a commit index nobody gave it."""
+    crash = MemoryStore.crash
+
+    def crash_and_claim(self: MemoryStore) -> None:
+        crash(self)
+        self._committed = self.end_index  # the whole durable log taken as committed
+
+    monkeypatch.setattr(MemoryStore, "crash", crash_and_claim)
+    error = first_failure(run_seed, SHORT, range(50))
+    assert error and "above the" in error, error

@@ -132,8 +132,10 @@ class Checker:
             raise InvariantViolation(f"{node} restarted with commit {c} below its checkpoint "
                                      f"{self.checkpointed[node]}")
         # A damaged store restores its commit index from the floor it recorded when the damage was
-        # found (the _check_commit below still checks that prefix against the committed log).
-        if c > self.last_commit[node] and store.damage is None:
+        # found, and a log cut at damage (on_cut) keeps the commit its checkpoint named: above the commit
+        # it had before the crash, when that crash came before it fetched the commit again (the
+        # _check_commit below still checks the prefix against the committed log).
+        if c > max(self.last_commit[node], self.checkpointed[node]) and store.damage is None:
             raise InvariantViolation(f"{node} restarted with commit {c} above the {self.last_commit[node]} "
                                      f"it had before")
         self.last_commit[node] = c
@@ -149,7 +151,7 @@ class Checker:
 
     def on_cut(self, node: str, store: LogStore) -> None:
         """A running node cut its log at damage it found (its commit index with it): it lacks entries until
-        it recovers them."""
+        it recovers them. Its checkpoint, unlike a wiped store's, still names the commit it had."""
         self.last_commit[node] = min(self.last_commit[node], store.committed_index)
         self.damaged.add(node)
 

@@ -418,7 +418,7 @@ class PbCluster:
         for m in self.members.values():
             if m.rot_pending and m.node is not None and m.node.damaged_at is None:  # replaced: it cut its log
                 m.rot_pending = False
-                self.checker.on_wipe(m.id)
+                self.checker.on_cut(m.id, m.store)
         self.check()
         self.commit_history.append((t, len(self.checker.ref) - 1))
         if phase != "faults" and (step == self.cfg.steps - 1 or self.phase(step + 1) == "faults"):
@@ -520,7 +520,7 @@ class PbCluster:
         index, end = self.rot_rng.randint(s.begin_index, s.committed_index), s.end_index
         self._apply(m, node.report_corruption(CorruptEntryError("bit rot", index=index), self.time))
         if s.end_index < end:
-            self.checker.on_wipe(m.id)
+            self.checker.on_cut(m.id, s)
         m.rot_pending = node.damaged_at is not None
         self.stats["rots"] += 1
         self.stats["rots_of_the_primary"] += m.rot_pending
