@@ -758,3 +758,26 @@ def test_a_damaged_primary_with_a_controller_asks_for_a_backup_in_its_place_and_
     plain.apply("b", plain.nodes["b"].promote(2, plain.now))  # an operator promotes b: a follows it, and cuts
     plain.run(300)
     assert pa.role == Role.FOLLOWER and pa.damaged_at is None and plain.bodies("a") == plain.bodies("b") == [b"y"]
+
+
+def test_a_replaced_primary_that_leads_again_because_every_log_is_empty_must_be_elected_in_a_new_epoch() -> None:
+    """Seed 190205 of the primary/backup simulator (`--faults all`): primary a of epoch 2 streamed entries
+    nobody acknowledged (its backups' disks were full), then its disk was replaced. Back, it learned epoch 2
+    from a backup's handshake, found every other log empty and led again: in epoch 2, where frames of its
+    earlier incarnation may still be on their way to a backup, which cannot tell them from the new ones.
+    It leads again by its own word, so only an election above epoch 2 confirms it (`own_epoch`)."""
+    p = Pump(controller="ctl")
+    a = p.nodes["a"]
+    p.apply("a", a.promote(2, p.now, {"b", "c"}))
+    p.run(100)
+    assert p.nodes["b"].epoch == p.nodes["c"].epoch == 2 and p.bodies("b") == p.bodies("c") == []
+    p.stores["a"] = store()  # a replaced disk
+    a = p.start("a")
+    assert a.recovering and a.epoch == 1 and a.primary is None
+    p.run(3000)  # the backups hear nothing from it and handshake again: epoch 2, and empty logs
+    assert a.stats["ha_withheld_primary_cleared"] == 1 and a.primary is not None and a.epoch == 2
+    assert a.own_epoch == 2 and not a.confirmed  # the record's epoch 2 does not confirm it: an election above
+    p.apply("a", a.promote(3, p.now, {"b", "c"}))  # what the controller does when asked (server/controller.py)
+    p.run(100)
+    assert a.is_leader and p.code(p.append("a", [b"x"])) == OK and p.bodies("b") == [b"x"]
+    assert p.nodes["b"].epoch == 3

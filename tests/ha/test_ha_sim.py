@@ -155,3 +155,12 @@ def test_pb_sim_a_log_cut_at_damage_restarts_with_its_checkpoints_commit() -> No
         r = run_pb_seed(seed, replace(ALL, steps=3000))
         assert r.ok, f"seed {seed} failed at step {r.step}: {r.error}\n{r.trace}"
         assert r.stats["rots_of_the_primary"] > 0
+
+
+def test_pb_sim_a_replaced_primary_leading_again_is_elected_in_a_new_epoch() -> None:
+    """Seed 190205 of `--seeds 190000:191000 --steps 3000 --faults all` (test_ha_core.py has the story): the
+    replaced primary led again in the epoch of its earlier incarnation, and the checker found two logs in
+    one epoch."""
+    r = run_pb_seed(190205, replace(ALL, steps=3000))
+    assert r.ok, f"failed at step {r.step}: {r.error}\n{r.trace}"
+    assert r.stats["wipes_of_the_primary"] > 0

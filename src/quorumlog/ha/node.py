@@ -54,6 +54,9 @@ class HaNode:
                 # primary role from the record. Persisted: a restart midway must not forget it.
                 store.set_recovering(True)
         self.primary_id: str | None = primary
+        # The epoch this node is primary of by its own word (its store's at start), not by an election it
+        # was told of: the controller confirms it only by an election above (a new epoch).
+        self.own_epoch = self.epoch
         self.isr: set[str] = {m for m in self.members if m != node_id}
         self.primary: Primary | None = None
         self.backup: Backup | None = None
@@ -315,8 +318,12 @@ class HaNode:
             self._empty_logs[m.sender] = m.end_index < 0 and m.begin_index <= 0  # type: ignore[union-attr]
             if all(self._empty_logs.get(o) for o in self.members if o != self.node_id):
                 # Every other member follows us and holds nothing: no entry was ever acknowledged (a new
-                # group whose record moved on before we saw it new). Lead after all.
+                # group whose record moved on before we saw it new, or a primary whose disk was replaced
+                # before anything it streamed was acknowledged). Lead after all, but in a new epoch: frames
+                # an earlier incarnation streamed in this one may still be on their way to a backup, which
+                # could not tell them from ours.
                 self.stats["ha_withheld_primary_cleared"] += 1
+                self.own_epoch = self.epoch
                 out.changes.extend(self.recovered(now).changes)
             return
         if p is not None:

@@ -126,9 +126,6 @@ class Controller:
         self.states: dict[str, ControllerState] = {}
         self.applied: dict[str, int] = {}
         self.managed: dict[str, str] = {}  # primary/backup group -> its controller group
-        # The epoch each hosted group's node had at start: only an election above it confirms a primary,
-        # so a primary that restarts is always elected again (a stale view never confirms it).
-        self.loaded_epoch = {name: g.node.epoch for name, g in node.groups.items() if isinstance(g.node, HaNode)}
         self._busy: dict[tuple[str, str], int] = {}  # (group, kind) -> when a proposal may go again
         self._leader_since: dict[str, int] = {}
         self._clients: dict[str, Any] = {}
@@ -201,7 +198,9 @@ class Controller:
             return
         if node.primary_id != me or node.primary is None:
             return
-        if a.epoch == node.epoch and a.primary == me and a.epoch > self.loaded_epoch.get(g.name, a.epoch):
+        # Only an election above the epoch a primary leads by its own word confirms it (HaNode.own_epoch): one
+        # that restarts, or leads again on a replaced disk, is elected again (a stale view never confirms it).
+        if a.epoch == node.epoch and a.primary == me and a.epoch > node.own_epoch:
             if not node.confirmed:
                 node.confirm(set(a.isr))
             elif set(a.isr) != node.primary.isr:

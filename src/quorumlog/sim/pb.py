@@ -99,10 +99,10 @@ class Member:
     flush_at: int | None = None
     backlog: list[Any] = field(default_factory=list)
     seen: int = 0  # the newest register version this incarnation heard
-    loaded_epoch: int = 0  # its epoch at start: only an election above it confirms it
     cas: Ctl | None = None  # its in-sync change in flight, resent until a newer version is seen
     full_until: int | None = None  # the "full" fault: its disk has space again then
     rot_pending: bool = False  # the "rot" fault struck it as primary: it cuts once it follows another
+    resets_seen: int = 0  # its node's log resets the checker has heard of
 
 
 class PbChecker(Checker):
@@ -171,9 +171,7 @@ class PbCluster:
         m.driver = Driver(node, self._send, lambda c: self._complete(i, c),
                           lambda ch: self._trace(i, f"{ch.role.name} epoch {ch.term} primary {ch.leader_id}"),
                           lambda: self._start_flush(m))
-        m.incarnation += 1
-        m.down_until = m.cas = None
-        m.seen, m.loaded_epoch = 0, node.epoch
+        m.incarnation, m.down_until, m.cas, m.seen, m.resets_seen = m.incarnation + 1, None, None, 0, 0
         if node.recovering and self.reg.version == 1:  # controller.py: its store bootstrapped a new cluster
             self._apply(m, node.recovered(self.time))
             self.checker.on_recovered(i)
@@ -277,7 +275,7 @@ class PbCluster:
             self._apply(m, node.promote(s.epoch, self.time, set(s.isr)) if s.primary == m.id
                         else node.follow(s.epoch, s.primary, self.time))
         elif (s.epoch, s.primary) == (node.epoch, m.id) and node.primary is not None:
-            if s.epoch > m.loaded_epoch:
+            if s.epoch > node.own_epoch:
                 node.confirm(set(s.isr))
             elif not node.confirmed:  # a primary by its own store (a restart): be elected again
                 self._send(Ctl(m.id, CTL, m.seen, node.epoch, elect=True))
@@ -444,6 +442,9 @@ class PbCluster:
                 self._on_state(m, msg)
             else:
                 self._apply(m, m.node.step(msg, self.time))
+                if m.node.stats["ha_resets"] != m.resets_seen:  # its checkpoint now names the new begin
+                    m.resets_seen = m.node.stats["ha_resets"]
+                    self.checker.on_reset(m.id, m.store)
 
     def check(self) -> None:
         for m in self.members.values():
