@@ -135,9 +135,9 @@ class Checker:
         # found, and a log cut at damage (on_cut) keeps the commit its checkpoint named: above the commit
         # it had before the crash, when that crash came before it fetched the commit again (the
         # _check_commit below still checks the prefix against the committed log).
-        if c > max(self.last_commit[node], self.checkpointed[node]) and store.damage is None:
-            raise InvariantViolation(f"{node} restarted with commit {c} above the {self.last_commit[node]} "
-                                     f"it had before")
+        if c > (had := max(self.last_commit[node], self.checkpointed[node])) and store.damage is None:
+            raise InvariantViolation(f"{node} restarted with commit {c} above the {had} it had before (or its "
+                                     f"checkpoint named)")
         self.last_commit[node] = c
         if store.damage is not None:
             self.damaged.add(node)
