@@ -6,7 +6,7 @@ import contextlib
 
 import msgpack
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quorumlog.errors import ResponseCode
@@ -246,7 +246,7 @@ def _fields_fit(schema: Schema, values: tuple) -> bool:
     return True
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=st.sampled_from(_ALL_SCHEMAS) | st.just(_BOUNDS), data=st.data())  # (half: small bounds)
 def test_a_schemas_compiled_test_agrees_with_its_field_checks(schema, data):
     """Each schema tests a message's values in one generated function; it must accept exactly what the
