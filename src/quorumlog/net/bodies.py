@@ -44,7 +44,7 @@ class FieldType:
         calls `check`; the common types inline theirs."""
         name = f"_check{len(ns)}"
         ns[name] = self.check
-        return f"_passes({name}, {var})"
+        return f"_check_passes({name}, {var})"
 
     def __repr__(self) -> str:
         return self.name
@@ -262,7 +262,8 @@ def _has_large(values: tuple[Any, ...], at: tuple[int, ...]) -> bool:
     return False
 
 
-def _passes(check: Any, value: Any) -> bool:
+def _check_passes(check: Any, value: Any) -> bool:
+    """Does `value` pass `check` (a field type without an expression of its own)?"""
     try:
         check(value, "")
     except ProtocolError:
@@ -277,8 +278,8 @@ def _compile_test(types: tuple[FieldType, ...]) -> Any:
     in one call rather than one call per field (a node receives a few messages per append). False sends
     the caller to the field-by-field checks, which name what does not fit; a list of values goes there
     too (msgpack decodes arrays as tuples, and encoders pass tuples)."""
-    ns: dict[str, Any] = {"_passes": _passes, "_isfinite": math.isfinite, "_BYTES_LIKE": (bytes, bytearray, memoryview),
-                          "_SEQUENCE": (list, tuple)}
+    ns: dict[str, Any] = {"_check_passes": _check_passes, "_isfinite": math.isfinite,
+                          "_BYTES_LIKE": (bytes, bytearray, memoryview), "_SEQUENCE": (list, tuple)}
     names = [f"v{i}" for i in range(len(types))]
     tests = " and ".join(f"({t.test(v, ns)})" for t, v in zip(types, names, strict=True)) or "True"
     unpack_line = f"    {', '.join(names)}, = values\n" if names else ""
