@@ -781,3 +781,30 @@ def test_a_replaced_primary_that_leads_again_because_every_log_is_empty_must_be_
     p.run(100)
     assert a.is_leader and p.code(p.append("a", [b"x"])) == OK and p.bodies("b") == [b"x"]
     assert p.nodes["b"].epoch == 3
+
+
+def test_a_restarted_backup_ignores_an_answer_to_a_handshake_of_its_earlier_incarnation() -> None:
+    """Seed 260073 of the primary/backup simulator (`--faults all`): backup b of epoch 2 handshook with
+    entries 0..4 of epoch 1, was streamed 5..9 (also of epoch 1) and committed them, then crashed. A paused
+    primary answered b's old handshake only once b was back: "keep up to 4". Restarted, b could not tell
+    that 5..9 came from this primary (they are of an older epoch), took the answer, and cut entries the
+    group had committed. A truncate names the handshake it answers, and b takes only an answer to its
+    current log."""
+    stores = {"a": log_of([1] * 10), "b": log_of([1] * 5), "c": log_of([1] * 10)}
+    for s in stores.values():
+        s.save_vote(2, "a")
+    p = Pump(stores=stores)
+    p.run(200)
+    first = [m for m in p.sent if isinstance(m, HaTruncate) and m.target == "b"]
+    assert first and first[0].keep_index == 4  # the answer to b's handshake of entries 0..4
+    b = p.stores["b"]
+    assert b.end_index == 9 and b.committed_index == 9
+    b.checkpoint()
+    nb = p.crash("b")
+    assert b.end_index == 9 and b.committed_index == 9 and not nb.backup.streaming  # type: ignore[union-attr]
+    p.apply("b", nb.step(first[0], p.now))  # the late answer to the earlier incarnation
+    assert b.end_index == 9 and b.committed_index == 9
+    assert nb.stats["ha_stale_truncates"] == 1
+    p.run(500)  # the answer to its own handshake: it streams again from 9
+    assert nb.backup.streaming and b.end_index == 9 and p.bodies("b") == p.bodies("a")  # type: ignore[union-attr]
+    assert p.code(p.append("a", [b"y"])) == OK and p.bodies("b") == p.bodies("a")

@@ -20,7 +20,7 @@ from ..raft.producers import ProducerTable
 from ..raft.ready import Ready
 from ..store.base import LogStore, check_reset
 from .epochs import epoch_list
-from .messages import FRAME_HEADER, HaHandshake, HaReport, HaTransfer, HaTruncate, pack_epochs
+from .messages import FRAME_HEADER, HaHandshake, HaReport, HaTransfer, HaTruncate, handshake_digest, pack_epochs
 
 HANDSHAKE_RETRY_MS = 200
 
@@ -63,15 +63,25 @@ class Backup:
         if not self.streaming:
             if now >= self.next_try and now >= self.quiet_until:
                 self.next_try = now + HANDSHAKE_RETRY_MS
-                s = self.store
                 out.messages.append(HaHandshake(self.group, self.node_id, self.primary, self.epoch, self.primary,
-                                                s.begin_index, s.end_index, pack_epochs(epoch_list(s))))
+                                                *self._log()))
             return
         if now - self.reported_ms >= self.cfg.ha_heartbeat_interval_ms:
             self._report(self.reported, now, out)
 
+    def _log(self) -> tuple[int, int, bytes]:
+        """What a handshake tells of our log: its span and epoch list."""
+        s = self.store
+        return s.begin_index, s.end_index, pack_epochs(epoch_list(s))
+
     def on_truncate(self, m: HaTruncate, now: int, out: Ready) -> None:
         if m.sender != self.primary or self.streaming:
+            return
+        if m.answers != handshake_digest(*self._log()):
+            # An answer about another log than ours now: a handshake sent before our log changed, or by our
+            # earlier incarnation, answered late (a paused primary). Cutting by it could cut what this primary
+            # streamed us since, committed entries among them; the answer to our latest handshake follows.
+            self.stats["ha_stale_truncates"] += 1
             return
         store = self.store
         reset = m.keep_index == -2 or m.keep_index < store.begin_index - 1

@@ -12,16 +12,20 @@ the HA ops (server/codec.py), beside the Raft messages:
   readers may see; `start` the primary's log end when its epoch began (its commit may lag it for a while,
   while every entry acknowledged in an earlier epoch lies at or below it).
 - `HaTruncate` (primary -> backup): keep the log up to `keep_index`, then report; when the backup's
-  entries expired on the primary, restart the log at the primary's begin (the begin_* fields).
+  entries expired on the primary, restart the log at the primary's begin (the begin_* fields). `answers`
+  is the digest of the handshake it answers (`handshake_digest`): the backup takes only an answer about
+  the log it holds now, never a late one about an earlier state (or an earlier incarnation's).
 """
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from dataclasses import dataclass
 
 FRAME_HEADER = struct.Struct(">qi")  # offset, size
 EPOCH_PAIR = struct.Struct(">qq")  # epoch, last index of that epoch in the log
+_LOG_SPAN = struct.Struct(">qq")  # begin index, end index
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,7 @@ class HaTruncate:
     begin_pos: int
     begin_chain: int
     begin_term: int
+    answers: int  # handshake_digest of the handshake answered
 
 
 HaMessage = HaHandshake | HaReport | HaTransfer | HaTruncate
@@ -77,6 +82,13 @@ HaMessage = HaHandshake | HaReport | HaTransfer | HaTruncate
 
 def pack_epochs(pairs: list[tuple[int, int]]) -> bytes:
     return b"".join(EPOCH_PAIR.pack(e, last) for e, last in pairs)
+
+
+def handshake_digest(begin_index: int, end_index: int, epochs: bytes) -> int:
+    """63 bits that name the log a handshake described. Two logs with the same span and epoch list hold
+    the same entries (epochs.py), so an answer naming them is about the log the backup holds now."""
+    h = hashlib.blake2b(_LOG_SPAN.pack(begin_index, end_index) + epochs, digest_size=8)
+    return int.from_bytes(h.digest(), "big") >> 1
 
 
 def unpack_epochs(data: bytes) -> list[tuple[int, int]]:

@@ -30,7 +30,7 @@ from ..raft.producers import ProducerTable
 from ..raft.ready import APPEND, Completion, Ready
 from ..store.base import LogStore
 from .epochs import agreed_end, epoch_list
-from .messages import FRAME_HEADER, HaHandshake, HaReport, HaTransfer, HaTruncate, unpack_epochs
+from .messages import FRAME_HEADER, HaHandshake, HaReport, HaTransfer, HaTruncate, handshake_digest, unpack_epochs
 
 # Frames in flight to one backup before the primary waits for its acks.
 WINDOW_FRAMES = 8
@@ -294,7 +294,8 @@ class Primary:
         b.expect_offset = self._offset_after(b.expect_index)
         b.expect_start = self._next_start(b.expect_index)
         out.messages.append(HaTruncate(self.group, self.node_id, b.id, self.epoch, self.node_id, keep,
-                                       store.begin_index, store.begin_pos, store.begin_chain, store.begin_term))
+                                       store.begin_index, store.begin_pos, store.begin_chain, store.begin_term,
+                                       handshake_digest(m.begin_index, m.end_index, m.epochs)))
         b.sent_ms = now  # no heartbeat right behind it: it would say "not streaming" before the report lands
         self.stats["ha_handshakes"] += 1
 

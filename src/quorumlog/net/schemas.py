@@ -149,5 +149,6 @@ PEER_MESSAGES: dict[tuple[int, int], Schema] = {
                                                           ("keep_index", Int(-2, I64_MAX, "keep_index")),
                                                           ("begin_index", INDEX), ("begin_pos", INDEX),
                                                           ("begin_chain", Int(0, (1 << 32) - 1, "chain")),
-                                                          ("begin_term", TERM))),
+                                                          ("begin_term", TERM),
+                                                          ("answers", Int(0, I64_MAX, "digest")))),
 }
