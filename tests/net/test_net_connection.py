@@ -137,6 +137,32 @@ def test_frames_of_one_iteration_leave_in_one_write():
     arun(main())
 
 
+def test_an_eager_connection_writes_a_request_on_an_idle_connection_at_once():
+    async def main() -> None:
+        async with await serve(HOST, 0, echo, cluster=CLUSTER) as server:
+            conn = await connect(HOST, server.port, cluster=CLUSTER, eager=True)
+            assert conn._transport is not None
+            writes = []
+            real_write = conn._transport.write
+
+            def counting_write(data: Any) -> None:
+                writes.append(len(data))
+                real_write(data)
+
+            conn._transport.write = counting_write  # type: ignore[method-assign]
+            for _ in range(2):
+                writes.clear()
+                first = conn.send_request(Op.GET, b"x" * 100)
+                assert writes == [16 + 100]  # before this turn ends
+                rest = [conn.send_request(Op.GET, b"x" * 100) for _ in range(63)]
+                assert writes == [16 + 100]  # others in flight: they wait for the turn's end, together
+                await asyncio.gather(first, *rest)
+                assert writes == [16 + 100, 63 * (16 + 100)]
+            conn.close()
+            await conn.wait_closed()
+    arun(main())
+
+
 def test_garbage_and_huge_prefix_close_only_their_connection(caplog: pytest.LogCaptureFixture):
     caplog.set_level(logging.WARNING, "quorumlog.net")
 

@@ -138,7 +138,7 @@ class AsyncClient:
         host, port = _split(addr)
         conn = await connect(host, port, cluster=self.cluster, node_id=self.node_id, secret=self.secret,
                              handler=self._on_frame, ssl=self.tls,
-                             timeout=self.connect_timeout, on_close=self._on_close)
+                             timeout=self.connect_timeout, on_close=self._on_close, eager=True)
         self._conns[addr] = conn
         return conn
 
@@ -230,11 +230,16 @@ class AsyncClient:
             deadline = loop.time() + self.retry_timeout
         delay = 0.01
         while True:
-            addr = await self._find_leader(deadline)
+            addr = self._leader_addr
+            conn = self._conns.get(addr) if addr is not None else None
+            if addr is None or conn is None or not conn.is_established:  # (else both are known: go at once)
+                addr = await self._find_leader(deadline)
+                conn = None
             code: ResponseCode
             sent = False
             try:
-                conn = await self._conn(addr)
+                if conn is None:
+                    conn = await self._conn(addr)
                 sent = True
                 f = await conn.request(op, body, timeout=self.request_timeout)
                 return decode_response(schema, f.body)

@@ -36,20 +36,26 @@ class Producer:
         self._outstanding: dict[tuple[int, int], None] = {}  # (id, seq) not yet answered, in order
         self._held: set[tuple[int, int]] = set()  # refused as out of order, waiting to go again
         self._window = asyncio.Condition()
+        self._waiting = 0  # tasks waiting on _window: without any, an open window needs no lock
 
     async def take(self) -> tuple[int, int]:
-        """The next (id, sequence), once the window allows it."""
-        async with self._window:
-            await self._window.wait_for(self._open)
-            key = (self.id, self._next_seq)
-            self._next_seq += 1
-            self._outstanding[key] = None
-            return key
+        """The next (id, sequence), once the window allows it (behind any request already waiting)."""
+        if self._waiting or not self._open():
+            self._waiting += 1
+            try:
+                async with self._window:
+                    await self._window.wait_for(self._open)
+            finally:
+                self._waiting -= 1
+        key = (self.id, self._next_seq)  # no await since the window was seen open: it still is
+        self._next_seq += 1
+        self._outstanding[key] = None
+        return key
 
     async def release(self, producer: int, seq: int) -> None:
         """The request is answered (or given up): it no longer holds the window."""
         self._held.discard((producer, seq))
-        if self._outstanding.pop((producer, seq), 0) is None:
+        if self._outstanding.pop((producer, seq), 0) is None and self._waiting:
             async with self._window:
                 self._window.notify_all()
 
@@ -68,6 +74,7 @@ class Producer:
 
         if settled():
             return False  # refused all the same (a leader that has not caught up): back off instead
+        self._waiting += 1
         try:
             async with self._window:
                 await asyncio.wait_for(self._window.wait_for(settled),
@@ -75,6 +82,8 @@ class Producer:
             return True
         except TimeoutError:
             return False
+        finally:
+            self._waiting -= 1
 
     def retire(self, producer: int) -> None:
         """A request of `producer` ended without success: continue under a new id."""

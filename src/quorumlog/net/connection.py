@@ -64,9 +64,13 @@ class Connection(asyncio.Protocol):
                  on_established: Callable[[Connection], None] | None = None,
                  on_close: Callable[[Connection], None] | None = None,
                  on_refused: Callable[[Connection, str | None, str], None] | None = None,
-                 outbox: Outbox | None = None, after_frames: Callable[[], None] | None = None) -> None:
+                 outbox: Outbox | None = None, after_frames: Callable[[], None] | None = None,
+                 eager: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
         self._outbox = outbox or Outbox()
+        # A client's connection writes a request at once when none is in flight (one at a time, no turn
+        # lost waiting for the Outbox); requests made while others are in flight leave together, once a turn.
+        self._eager = eager
         self._after_frames = after_frames
         self._handler = handler
         self._max_frame_bytes = max_frame_bytes
@@ -294,7 +298,11 @@ class Connection(asyncio.Protocol):
         rid = self._next_id
         self._next_id = 1 if rid == MAX_REQUEST_ID else rid + 1
         fut: asyncio.Future[Frame] = self._loop.create_future()
-        self._write(REQUEST, op, rid, body)
+        if self._eager and not self._pending and not self._flush_scheduled:
+            self._writer.add(REQUEST, op, rid, body)
+            self.flush()
+        else:
+            self._write(REQUEST, op, rid, body)
         self._pending[rid] = fut
         if timeout is not None:
             self._add_deadline(rid, op, timeout)
@@ -554,11 +562,12 @@ async def connect(host: str, port: int, *, cluster: str, node_id: str = CLIENT_I
                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, timeout: float | None = 5.0,
                   max_inflight: int = 4096, on_close: Callable[[Connection], None] | None = None,
                   groups: Mapping[str, str] | None = None, outbox: Outbox | None = None,
-                  expect_identity: str | None = None) -> Connection:
+                  expect_identity: str | None = None, eager: bool = False) -> Connection:
     """Open a connection and complete HELLO (and AUTH when the server wants a proof).
 
     A node connecting to a peer passes `groups` ({group: members digest}, see hello.py).
     With TLS and `expect_identity`, the server's certificate must name that id (tls.py).
+    A client passes `eager`: a request on an idle connection is written at once (Connection).
     Raises OSError or ConnectionClosedError when the server cannot be reached, HandshakeError when it
     refuses us (wrong version, cluster, secret or member list), RequestTimeoutError when it does not
     answer in time.
@@ -568,7 +577,7 @@ async def connect(host: str, port: int, *, cluster: str, node_id: str = CLIENT_I
 
     def factory() -> Connection:
         return Connection(handler=handler, max_frame_bytes=max_frame_bytes, max_inflight=max_inflight,
-                          on_close=on_close, outbox=outbox)
+                          on_close=on_close, outbox=outbox, eager=eager)
 
     kwargs: dict[str, Any] = {}
     if ssl is not None:
