@@ -2,8 +2,9 @@
 
 `Connection` is an asyncio.Protocol used on both ends. Either side may send requests (each side numbers
 its own; responses carry the number back), one-way frames, and answer the other side's requests.
-Frames written during one loop iteration leave in one transport.write. Bytes that are not a valid
-frame close this connection only, with a logged reason and a best-effort GOODBYE frame first.
+Frames written during one loop iteration leave in one transport.write (a client's request on an idle
+connection at once). Bytes that are not a valid frame close this connection only, with a logged reason and
+a best-effort GOODBYE frame first.
 """
 
 from __future__ import annotations
@@ -68,9 +69,7 @@ class Connection(asyncio.Protocol):
                  eager: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
         self._outbox = outbox or Outbox()
-        # A client's connection writes a request at once when none is in flight (one at a time, no turn
-        # lost waiting for the Outbox); requests made while others are in flight leave together, once a turn.
-        self._eager = eager
+        self._eager = eager  # a client's: a request with none in flight is written at once, not next turn
         self._after_frames = after_frames
         self._handler = handler
         self._max_frame_bytes = max_frame_bytes
@@ -298,11 +297,10 @@ class Connection(asyncio.Protocol):
         rid = self._next_id
         self._next_id = 1 if rid == MAX_REQUEST_ID else rid + 1
         fut: asyncio.Future[Frame] = self._loop.create_future()
-        if self._eager and not self._pending and not self._flush_scheduled:
-            self._writer.add(REQUEST, op, rid, body)
+        eager = self._eager and not self._pending and not self._flush_scheduled
+        self._writer.add(REQUEST, op, rid, body) if eager else self._write(REQUEST, op, rid, body)
+        if eager:
             self.flush()
-        else:
-            self._write(REQUEST, op, rid, body)
         self._pending[rid] = fut
         if timeout is not None:
             self._add_deadline(rid, op, timeout)
@@ -567,7 +565,6 @@ async def connect(host: str, port: int, *, cluster: str, node_id: str = CLIENT_I
 
     A node connecting to a peer passes `groups` ({group: members digest}, see hello.py).
     With TLS and `expect_identity`, the server's certificate must name that id (tls.py).
-    A client passes `eager`: a request on an idle connection is written at once (Connection).
     Raises OSError or ConnectionClosedError when the server cannot be reached, HandshakeError when it
     refuses us (wrong version, cluster, secret or member list), RequestTimeoutError when it does not
     answer in time.
