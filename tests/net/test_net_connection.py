@@ -116,19 +116,26 @@ def test_many_requests_in_flight_complete_out_of_order():
     arun(main())
 
 
+def count_writes(conn: Connection) -> list[int]:
+    """The sizes of the connection's transport writes from now on."""
+    transport = conn._transport
+    assert transport is not None
+    writes: list[int] = []
+    real_write = transport.write
+
+    def counting_write(data: Any) -> None:
+        writes.append(len(data))
+        real_write(data)
+
+    transport.write = counting_write  # type: ignore[method-assign]
+    return writes
+
+
 def test_frames_of_one_iteration_leave_in_one_write():
     async def main() -> None:
         async with await serve(HOST, 0, echo, cluster=CLUSTER) as server:
             conn = await connect(HOST, server.port, cluster=CLUSTER)
-            assert conn._transport is not None
-            writes = []
-            real_write = conn._transport.write
-
-            def counting_write(data: Any) -> None:
-                writes.append(len(data))
-                real_write(data)
-
-            conn._transport.write = counting_write  # type: ignore[method-assign]
+            writes = count_writes(conn)
             futs = [conn.send_request(Op.GET, b"x" * 100) for _ in range(64)]
             await asyncio.gather(*futs)
             assert writes == [64 * (16 + 100)]
@@ -141,15 +148,7 @@ def test_an_eager_connection_writes_a_request_on_an_idle_connection_at_once():
     async def main() -> None:
         async with await serve(HOST, 0, echo, cluster=CLUSTER) as server:
             conn = await connect(HOST, server.port, cluster=CLUSTER, eager=True)
-            assert conn._transport is not None
-            writes = []
-            real_write = conn._transport.write
-
-            def counting_write(data: Any) -> None:
-                writes.append(len(data))
-                real_write(data)
-
-            conn._transport.write = counting_write  # type: ignore[method-assign]
+            writes = count_writes(conn)
             for _ in range(2):
                 writes.clear()
                 first = conn.send_request(Op.GET, b"x" * 100)
