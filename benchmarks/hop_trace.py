@@ -4,9 +4,10 @@ A local 3-node cluster whose node processes, and this client, note the time of e
 written, every segment write and every fdatasync (CLOCK_MONOTONIC, which the processes share); then one
 append at a time, and the median of each hop: client -> leader -> both followers -> fdatasync -> acks ->
 leader -> client. What lies between two marks is Python (and, after a send, the wake-up of whoever it
-woke); docs/performance.md reads it.
+woke); docs/performance.md reads it. With --steps the nodes also mark the entry and exit of each step
+inside a hop (about 1 µs a mark), and each node's share is shown from the frame that starts it.
 
-    python benchmarks/hop_trace.py [--size 100] [--count 3000]
+    python benchmarks/hop_trace.py [--size 100] [--count 3000] [--steps]
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import asyncio
 import atexit
 import bisect
+import importlib
 import os
 import shutil
 import statistics
@@ -26,10 +28,22 @@ from pathlib import Path
 from typing import Any
 
 TRACE_ENV = "QUORUMLOG_HOP_TRACE"  # where a traced process writes its marks at exit
+STEPS_ENV = "QUORUMLOG_HOP_STEPS"  # set: the node processes mark the steps below too
+STEPS = [  # (module, class, method): "e:Class.method" at entry, "x:Class.method" at exit
+    ("quorumlog.server.node", "NodeServer", "_handle"), ("quorumlog.server.node", "NodeServer", "_peer_frame"),
+    ("quorumlog.server.group", "Group", "process"), ("quorumlog.server.group", "Group", "_start_flush"),
+    ("quorumlog.server.group", "Group", "_complete_append"), ("quorumlog.raft.node", "RaftNode", "propose_many"),
+    ("quorumlog.raft.node", "RaftNode", "step_batch"), ("quorumlog.raft.node", "RaftNode", "on_flushed"),
+    ("quorumlog.raft.pusher", "Leader", "dispatch_all"), ("quorumlog.raft.pusher", "Leader", "on_response"),
+    ("quorumlog.store.file_store", "FileStore", "append"),
+    ("quorumlog.store.file_store", "FileStore", "append_encoded_metas"),
+    ("quorumlog.store.file_store", "FileStore", "flush"), ("quorumlog.server.peers", "PeerLinks", "send"),
+]
 
 
-def install(out_dir: str) -> None:
-    """Note the marks in this process (wrapping four methods) and write them to `out_dir` at exit."""
+def install(out_dir: str, steps: bool = False) -> None:
+    """Note the marks in this process (wrapping four methods, and with `steps` those of STEPS) and write them
+    to `out_dir` at exit."""
     from quorumlog.net.connection import Connection
     from quorumlog.store.segments import SegmentList
     from quorumlog.store.vfs import OsFiles
@@ -62,6 +76,9 @@ def install(out_dir: str) -> None:
         marks.append((clock(), "fsynced"))
 
     OsFiles.fdatasync = traced_fdatasync  # type: ignore[method-assign]
+    for module, cls_name, name in STEPS if steps else ():
+        cls = getattr(importlib.import_module(module), cls_name)
+        setattr(cls, name, _marked(getattr(cls, name), f"{cls_name}.{name}", marks, clock))
 
     def dump() -> None:
         with open(os.path.join(out_dir, f"{os.getpid()}.marks"), "w") as f:
@@ -70,9 +87,20 @@ def install(out_dir: str) -> None:
     atexit.register(dump)
 
 
+def _marked(inner: Callable[..., Any], tag: str, marks: list[tuple[int, str]],
+            clock: Callable[[], int]) -> Callable[..., Any]:
+    def marked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        marks.append((clock(), "e:" + tag))
+        try:
+            return inner(self, *args, **kwargs)
+        finally:
+            marks.append((clock(), "x:" + tag))
+    return marked
+
+
 def _serve() -> None:
     """A node process: install the marks, then `quorumlog serve` with the arguments given."""
-    install(os.environ[TRACE_ENV])
+    install(os.environ[TRACE_ENV], bool(os.environ.get(STEPS_ENV)))
     from quorumlog.cli import main
 
     sys.exit(main(sys.argv[1:]))
@@ -158,6 +186,40 @@ def analyse(client: _Marks, leader: _Marks, followers: list[_Marks]) -> list[tup
     return rows
 
 
+SECTIONS = [  # (heading, node, start mark, end mark, a mark that drops the cycle)
+    ("the leader, from the client's frame to its own fdatasync", "leader", "recv-client", "fsync", None),
+    ("the leader, from the ack that commits to the answer", "leader", "recv-peer", "send-client", "recv-client"),
+    ("a follower, from the push to its ack", "follower", "recv-peer", "send-peer", None),
+]
+
+
+def steps(m: _Marks, start: str, end: str, abort: str | None) -> list[tuple[str, float]]:
+    """Each mark's median offset (µs) from `start` in the cycles from a `start` to the next `end` (the first
+    tenth warms up; a cycle that meets `abort` first is dropped), for the marks in half the cycles or more
+    (a follower's heartbeats start cycles too, with fewer marks)."""
+    cycles: list[dict[str, float]] = []
+    t0: int | None = None
+    seen: dict[str, float] = {}
+    for t, tag in zip(m.times, m.tags, strict=True):
+        if t0 is None:
+            if tag == start:
+                t0, seen = t, {}
+        elif tag == abort:
+            t0 = None
+        else:
+            seen.setdefault(tag, (t - t0) / 1000)
+            if tag == end:
+                cycles.append(seen)
+                t0 = None
+    cycles = cycles[len(cycles) // 10:]
+    offsets: dict[str, list[float]] = {}
+    for c in cycles:
+        for tag, v in c.items():
+            offsets.setdefault(tag, []).append(v)
+    rows = [(tag, statistics.median(v)) for tag, v in offsets.items() if len(v) >= 0.5 * len(cycles)]
+    return sorted(rows, key=lambda r: r[1])
+
+
 async def _appends(endpoints: str, size: int, count: int) -> None:
     from quorumlog.client import AsyncClient
 
@@ -171,6 +233,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", type=int, default=100, help="body bytes (default 100)")
     p.add_argument("--count", type=int, default=3000, help="appends, one at a time (default 3000)")
+    p.add_argument("--steps", action="store_true", help="also each node's steps inside its hops")
     args = p.parse_args()
     from quorumlog.client import AsyncClient
     from quorumlog.net.loop import loop_factory
@@ -187,6 +250,8 @@ def main() -> int:
             return [sys.executable, "-c", code, "serve", "--config", str(node.config_path), "--log-level", "WARNING"]
 
     os.environ[TRACE_ENV] = str(marks)
+    if args.steps:
+        os.environ[STEPS_ENV] = "1"
     cluster = Traced(root / "cluster", 3, 1, secret=None)
     try:
         cluster.start()
@@ -207,13 +272,19 @@ def main() -> int:
     try:
         atexit._run_exitfuncs()  # this client's marks, now
         nodes = {nid: _Marks(marks / f"{pid}.marks") for nid, pid in pids.items()}
-        rows = analyse(_Marks(marks / f"{os.getpid()}.marks"), nodes[leader_id],
-                       [m for nid, m in nodes.items() if nid != leader_id])
+        followers = [m for nid, m in nodes.items() if nid != leader_id]
+        rows = analyse(_Marks(marks / f"{os.getpid()}.marks"), nodes[leader_id], followers)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"one append at a time, {args.size} B, 3 nodes; median and p90 in µs:")
     for name, p50, p90 in rows:
         print(f"  {name:60s} {p50:8.1f} {p90:8.1f}")
+    if args.steps:
+        print("inside the nodes: each mark's median µs from the frame that starts the cycle (e: entry, x: exit):")
+        for heading, who, start, end, abort in SECTIONS:
+            print(f"{heading}:")
+            for tag, at in steps(nodes[leader_id] if who == "leader" else followers[0], start, end, abort):
+                print(f"    {at:8.1f}  {tag}")
     return 0
 
 

@@ -75,3 +75,17 @@ def test_hop_trace_runs_and_leaves_nothing_behind() -> None:
     assert len(rows) == 15 and all(float(r.split()[-1]) >= float(r.split()[-2]) > 0 for r in rows), done.stdout
     assert "follower's fdatasync -> its end" in done.stdout
     assert set(Path(tempfile.gettempdir()).glob("quorumlog-hops-*")) == before
+
+
+def test_hop_trace_with_steps_shows_each_nodes_share() -> None:
+    """--steps: the nodes also mark each step inside their hops, in the order the append takes them."""
+    done = subprocess.run([sys.executable, str(BENCH / "hop_trace.py"), "--count", "300", "--steps"],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    sections = done.stdout.split("inside the nodes")[1].split("\n")[1:]
+    follower = sections[sections.index("a follower, from the push to its ack:") + 1:]
+    at = {line.split()[1]: float(line.split()[0]) for line in follower if line.startswith("    ")}
+    order = ["e:NodeServer._peer_frame", "e:FileStore.append_encoded_metas", "write-data",
+             "x:FileStore.append_encoded_metas", "fsync", "fsynced", "e:PeerLinks.send", "send-peer"]
+    assert [at[tag] for tag in order] == sorted(at[tag] for tag in order), done.stdout
+    assert "e:Leader.dispatch_all" in done.stdout and "e:Group._complete_append" in done.stdout
