@@ -11,7 +11,7 @@ import pytest
 
 from quorumlog.config import HaConfig, RaftConfig, StoreConfig
 from quorumlog.errors import CorruptEntryError, ResponseCode
-from quorumlog.ha.epochs import agreed_end, epoch_list
+from quorumlog.ha.epochs import agreed_end, epoch_list, hand_back_to
 from quorumlog.ha.messages import FRAME_HEADER, HaMessage, HaReport, HaTransfer, HaTruncate
 from quorumlog.ha.node import HaNode
 from quorumlog.raft.appends import AppendRequest
@@ -263,6 +263,14 @@ def test_epoch_list_and_agreed_end() -> None:
     assert agreed_end(primary, []) is None and agreed_end(primary, [(0, 2)]) is None
 
 
+def test_a_lost_primary_hands_its_epoch_back_only_when_no_lost_backup_can_have_acknowledged_in_it() -> None:
+    # (taken, holder, previous, isr_seen): never taken, the last primary that took an epoch holds everything
+    assert hand_back_to(False, "n0", "n1", True) == "n0"
+    assert hand_back_to(False, "", "n1", False) == ""  # no holder known: nobody
+    assert hand_back_to(True, "n2", "n1", False) == "n1"  # nobody in sync: its own acks are gone anyway
+    assert hand_back_to(True, "n2", "n1", True) == ""  # a backup since gone may have acked: an operator's call
+
+
 def test_divergent_tail_of_an_old_epoch_is_cut() -> None:
     # a leads epoch 2 with entries 0..5 of epoch 1 and 6..9 of its own; b holds 0..5, and 6, 7 of epoch 1
     # that a never had (an old primary wrote them); c holds the same history as a up to 7.
@@ -431,6 +439,24 @@ def test_restarted_primary_with_a_controller_waits_for_it() -> None:
     p.run(100)  # the backups learn epoch 2 from its messages
     assert a.is_leader and p.nodes["b"].epoch == p.nodes["c"].epoch == 2
     assert p.code(p.append("a", [b"y"])) == OK and p.bodies("b") == p.bodies("c") == [b"x", b"y"]
+
+
+def test_an_elected_primary_commits_nothing_before_its_takeover_is_recorded() -> None:
+    """The controller promotes unconfirmed and confirms once the record holds the takeover: an epoch whose
+    takeover was never recorded acknowledged nothing, so it may go back to the last primary that took one."""
+    p = Pump(controller="ctl")
+    a, b, c = (p.nodes[i] for i in IDS)
+    a.confirm({"b", "c"})
+    p.run(100)
+    assert p.code(p.append("a", [b"x"])) == OK
+    p.cut.add("a")
+    p.apply("b", b.promote(2, p.now, {"c"}, confirmed=False))
+    p.apply("c", c.follow(2, "b", p.now))
+    p.run(300)  # c follows and acks epoch 2, yet b neither takes nor commits a write
+    assert not b.is_leader and p.code(p.append("b", [b"y"])) == int(ResponseCode.LEADER_NOT_READY)
+    assert p.stores["b"].end_index == 0
+    b.confirm({"c"})  # the takeover is recorded
+    assert b.is_leader and p.code(p.append("b", [b"y"])) == OK and p.bodies("c") == [b"x", b"y"]
 
 
 @pytest.mark.parametrize("controller", [None, "ctl"])

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import msgpack
 
-from quorumlog.server.controller import ELECT, HAND_OFF, ISR, PREFIX, Assignment, ControllerState, encode_command
+from quorumlog.server.controller import (
+    ELECT,
+    HAND_OFF,
+    ISR,
+    PREFIX,
+    TAKE,
+    Assignment,
+    ControllerState,
+    encode_command,
+    encode_election,
+)
 
 
 def _state() -> ControllerState:
@@ -16,7 +26,8 @@ def _state() -> ControllerState:
 def test_an_election_applies_only_to_the_epoch_it_replaces() -> None:
     s = _state()
     assert s.apply(encode_command(ELECT, "g0", 1, 2, "n1", {"n1", "n2"})) == "g0"
-    assert s.groups["g0"] == Assignment(2, "n1", frozenset({"n2"}), 1, previous="n0", isr_seen=True)
+    assert s.groups["g0"] == Assignment(2, "n1", frozenset({"n2"}), 1, previous="n0", isr_seen=True,
+                                       holder="n1")  # (an election of the old form: counted taken)
     # A second election made from the same view (a race, a retry) finds epoch 2 taken: no-op.
     assert s.apply(encode_command(ELECT, "g0", 1, 2, "n2", {"n1", "n2"})) is None
     assert s.apply(encode_command(ELECT, "g0", 2, 4, "n2", set())) is None  # epochs go one at a time
@@ -41,7 +52,8 @@ def test_entries_that_are_not_commands_change_nothing() -> None:
     s = _state()
     # Right length, wrong shapes: each raised TypeError out of apply, which stopped the record there.
     shapes = ([ELECT, "g0", 1, 2, "n1", 5], [ELECT, ["g0"], 1, 2, "n1", []], [ISR, "g0", 0, 1, "n0", [1, [2]]],
-              [HAND_OFF, "g0", 1, 1, "n0", 5], [ELECT, "g0", "1", 2, "n1", []], [ELECT, "g0", 1, 2, None, []])
+              [HAND_OFF, "g0", 1, 1, "n0", 5], [ELECT, "g0", "1", 2, "n1", []], [ELECT, "g0", 1, 2, None, []],
+              [ELECT, "g0", 1, 2, "n1", [], 0, "1"], [ELECT, "g0", 1, 2, "n1", [], 0, 1, 1], [TAKE, "g0", 1, 1, 5, []])
     for body in (b"", b"hello", b"QLCTL1", b"QLCTL1\xc1", encode_command("drop", "g0", 1, 2, "n1", set()),
                  encode_command(ELECT, "g9", 1, 2, "n1", set()), *(PREFIX + msgpack.packb(c) for c in shapes)):
         assert s.apply(body) is None
@@ -85,3 +97,34 @@ def test_an_election_made_from_an_older_record_is_a_no_op() -> None:
     assert s.apply(fresh) == "g0" and s.groups["g0"].isr == frozenset() and s.groups["g0"].epoch == 2
     # A record written before elections named a version still applies as it did (epoch only).
     assert s.apply(encode_command(ELECT, "g0", 2, 3, "n1", {"n2"})) == "g0" and s.groups["g0"].isr == {"n2"}
+
+
+def test_a_takeover_needs_the_epoch_and_primary_and_voids_elections_made_before_it() -> None:
+    """An election's primary commits nothing before its takeover is recorded; until then the record knows
+    the epoch acknowledged nothing, and the primary of the last epoch taken (holder) holds every entry."""
+    s = _state()
+    assert s.apply(encode_election("g0", s.groups["g0"], "n1", {"n1", "n2"})) == "g0"
+    a = s.groups["g0"]
+    assert (a.epoch, a.primary, a.taken, a.holder, a.version) == (2, "n1", False, "n0", 1)
+    before = encode_election("g0", a, "n0", set())  # made from a view without the takeover
+    assert s.apply(encode_command(TAKE, "g0", 2, 2, "n2", set())) is None  # not the primary
+    assert s.apply(encode_command(TAKE, "g0", 1, 1, "n1", set())) is None  # not its epoch
+    assert s.apply(encode_command(TAKE, "g0", 2, 2, "n1", set())) == "g0"
+    a = s.groups["g0"]
+    assert (a.taken, a.holder, a.version, a.isr) == (True, "n1", 2, {"n2"})
+    assert s.apply(before) is None and s.groups["g0"].primary == "n1"  # it would hand back a taken epoch
+    # Elections of epochs never taken keep the holder: it is still the one that holds every entry.
+    assert s.apply(encode_election("g0", s.groups["g0"], "n2", {"n2"})) == "g0"
+    assert s.apply(encode_election("g0", s.groups["g0"], "n0", set())) == "g0"
+    a = s.groups["g0"]
+    assert (a.epoch, a.primary, a.previous, a.taken, a.holder) == (4, "n0", "n2", False, "n1")
+
+
+def test_an_election_written_before_takeovers_existed_counts_as_taken() -> None:
+    """Its primary committed without recording a takeover: the epoch may hold acknowledged entries."""
+    s = _state()
+    assert s.apply(encode_command(ELECT, "g0", 1, 2, "n1", {"n2"}, version=0)) == "g0"
+    a = s.groups["g0"]
+    assert (a.taken, a.holder) == (True, "n1")
+    assert s.apply(encode_command(ELECT, "g0", 2, 3, "n2", set())) == "g0"  # (one without a version too)
+    assert (s.groups["g0"].taken, s.groups["g0"].holder) == (True, "n2")

@@ -14,6 +14,7 @@ from quorumlog.errors import DiskFullError
 from quorumlog.raft import handler, pusher
 from quorumlog.raft.member import MemberState
 from quorumlog.raft.node import RaftNode
+from quorumlog.sim.checker import Checker, InvariantViolation
 from quorumlog.sim.cluster import ALL_FAULTS, SINGLE_NODE_FAULTS, SimConfig
 from quorumlog.sim.nodes import FillableStore
 from quorumlog.sim.runner import first_failure, main, run_seed
@@ -217,3 +218,40 @@ def test_sim_catches_a_restart_that_claims_more_commit_than_it_had(monkeypatch: 
     monkeypatch.setattr(MemoryStore, "crash", crash_and_claim)
     error = first_failure(run_seed, SHORT, range(50))
     assert error and "above the" in error, error
+
+
+def test_the_checker_lets_a_log_cut_at_damage_restart_with_its_checkpoints_commit() -> None:
+    """Seeds 180766 and 180091 of the primary/backup simulator once played this out (`--seeds 180000:181000
+    --steps 3000 --faults all`; since primaries record their takeover, no seed found does): a primary cut its
+    log at damage, fetched it back to a commit below its checkpoint's, and crashed. Its restart took the
+    checkpoint's commit: entries the group had committed, held again. A cut keeps its checkpoint; a wiped
+    store does not, and one that claims a commit after a wipe is caught."""
+    store = MemoryStore()
+    running: dict[str, MemoryStore | None] = {"n0": store}
+    checker = Checker(["n0"], lambda node: running[node])
+    bodies = [b"e%d" % i for i in range(6)]
+    store.append(bodies, 1)
+    store.flush()
+    store.set_committed(5)
+    checker.check()
+    store.checkpoint()
+    checker.on_checkpoint("n0", store)  # it names commit 5
+    store.discard_after(1)  # the cut (HaNode._cut_at): entries 2..5 go, and the commit with them
+    checker.on_cut("n0", store)
+    checker.check()
+    store.append(bodies[2:4], 1)  # fetched back up to 3, committed there, then the crash
+    store.flush()
+    store.set_committed(3)
+    checker.check()
+    running["n0"] = None
+    store.append(bodies[4:], 1)
+    store.flush()
+    store.crash()
+    assert store.committed_index == 5  # the checkpoint's commit, above the 3 it had
+    running["n0"] = store
+    checker.on_restart("n0", store)
+    checker.check()
+    wiped = Checker(["n0"], lambda node: running[node])
+    wiped.on_wipe("n0")  # as the simulator once reported the cut: a wipe has no checkpoint left
+    with pytest.raises(InvariantViolation, match="above the -1 it had before"):
+        wiped.on_restart("n0", store)

@@ -11,7 +11,8 @@ it never accepts another write, and its handshake cuts the tail the new primary 
 starts an epoch: `promote` (an operator, or the controller, which records it in a Raft group first).
 A primary that restarts, or learns of its election from a peer, takes no write and commits nothing until
 it is confirmed: by a backup that follows its epoch (without a controller) or by the controller's record,
-whose in-sync set it then commits with.
+whose in-sync set it then commits with. With a controller an elected primary waits too, until the record
+holds its takeover (server/controller.py).
 """
 
 from __future__ import annotations
@@ -245,8 +246,9 @@ class HaNode:
         self.stats["corrupt_entries_cut_at_start"] += 1
 
     # -- epochs ------------------------------------------------------------------------------------
-    def promote(self, epoch: int, now_ms: int, isr: set[str] | None = None) -> Ready:
-        """Become the primary of `epoch` (higher than any this node has seen), confirmed."""
+    def promote(self, epoch: int, now_ms: int, isr: set[str] | None = None, confirmed: bool = True) -> Ready:
+        """Become the primary of `epoch` (higher than any this node has seen): confirmed at once, or (the
+        controller, once it recorded the takeover) by `confirm`."""
         out = Ready()
         if self.recovering:
             raise ValueError(f"{self.node_id} started on an empty store the controller has not cleared")
@@ -257,7 +259,7 @@ class HaNode:
         self.isr = set(isr) if isr is not None else set()
         self._enter(epoch, self.node_id, now_ms, out)
         assert self.primary is not None
-        self.primary.confirmed = True
+        self.primary.confirmed = confirmed
         return out
 
     def follow(self, epoch: int, primary: str | None, now_ms: int) -> Ready:

@@ -12,12 +12,18 @@ being the epoch an election replaces or the record version an in-sync change was
 also names the record version it was made from, and applies only to it: its in-sync set comes from the
 proposer's view, and a stale view put back a member that had left the set for lacking entries (a
 record written before elections named a version applies on the epoch alone). A hand-off request names
-the asking primary's epoch and the backup it asks for (or none, withdrawn) in place of the set.
+the asking primary's epoch and the backup it asks for (or none, withdrawn) in place of the set. An election
+also carries flags: TAKES, its primary records its takeover (a take command, naming epoch and primary)
+before it commits anything, so an epoch never taken acknowledged nothing, and the primary of the last
+epoch taken (`holder`) holds every acknowledged entry. A primary whose store was replaced before it took
+its epoch hands it back to that holder (`_vouched`). An election without the flag (written before it
+existed) counts as taken.
 
 On each node, `Controller.tick` applies what the controller group committed, then:
 - makes each hosted primary/backup group follow the record (a new epoch: promote or follow);
-- confirms a primary only by an election committed after this process started; a primary that
-  restarts asks to be elected again, in a new epoch, so a stale one is never confirmed;
+- confirms a primary only by an election committed after this process started, and once its takeover
+  is recorded; a primary that restarts asks to be elected again, in a new epoch, so a stale one is never
+  confirmed;
 - records its primaries' in-sync changes (a backup leaves the set only once recorded: primary.py);
 - records a hand-off request when a primary's own disk is full (withdrawn when appends fit again) or its
   log is damaged (for good: it cuts once it follows) (primary.py, `hand_off_to`);
@@ -37,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from ..errors import QuorumLogError, ResponseCode
+from ..ha.epochs import hand_back_to
 from ..ha.node import HaNode
 from ..net.connection import Connection
 from ..net.frames import Frame
@@ -52,6 +59,8 @@ PREFIX = b"QLCTL1"
 ELECT = "elect"
 ISR = "isr"
 HAND_OFF = "handoff"
+TAKE = "take"
+TAKES = 1  # an election's flag: its primary records its takeover (the module docstring)
 RETRY_MS = 500
 PROMOTE_WAIT_S = 5.0
 
@@ -65,12 +74,24 @@ class Assignment:
     previous: str = ""  # the primary of the epoch before (the one the last election replaced)
     isr_seen: bool = True  # some backup was recorded in sync in this epoch (so an ack may have needed it)
     hand_off: str = ""  # the in-sync backup the primary (disk full, log damaged) asked to be elected in its place
+    taken: bool = True  # the primary recorded its takeover: before, it committed nothing in this epoch
+    holder: str = ""  # the primary of the last epoch taken ("": unknown), which holds every acknowledged entry
 
 
 def encode_command(kind: str, group: str, prev_epoch: int, epoch: int, primary: str, isr: set[str],
-                   version: int | None = None) -> bytes:
+                   version: int | None = None, flags: int | None = None) -> bytes:
     fields = [kind, group, prev_epoch, epoch, primary, sorted(isr)]
-    return PREFIX + msgpack.packb(fields if version is None else [*fields, version])
+    if version is not None:
+        fields.append(version)
+        if flags is not None:
+            fields.append(flags)
+    return PREFIX + msgpack.packb(fields)
+
+
+def encode_election(group: str, a: Assignment, primary: str, isr: set[str]) -> bytes:
+    """An election of `primary` in the epoch after `a`'s, made from `a`'s version of the record; its primary
+    records its takeover."""
+    return encode_command(ELECT, group, a.epoch, a.epoch + 1, primary, isr, a.version, TAKES)
 
 
 class ControllerState:
@@ -89,20 +110,24 @@ class ControllerState:
             kind, group, prev, epoch, primary, isr, *more = msgpack.unpackb(body[len(PREFIX):])
         except (ValueError, TypeError, msgpack.UnpackException):
             return None
-        version = more[0] if len(more) == 1 else None
+        version = more[0] if more else None
+        flags = more[1] if len(more) == 2 else 0
         # Anything with append rights on the controller group can write here: a body of the wrong shape is
         # no command (raising would stop every node applying the record at this entry, for good).
         if not (isinstance(kind, str) and isinstance(group, str) and isinstance(primary, str)
-                and type(prev) is int and type(epoch) is int and len(more) <= 1 and type(version) in (int, type(None))
-                and isinstance(isr, list) and all(isinstance(m, str) for m in isr)):
+                and type(prev) is int and type(epoch) is int and len(more) <= 2 and type(version) in (int, type(None))
+                and type(flags) is int and isinstance(isr, list) and all(isinstance(m, str) for m in isr)):
             return None
         cur = self.groups.get(group)
-        if cur is None or kind not in (ELECT, ISR, HAND_OFF):
+        if cur is None or kind not in (ELECT, ISR, HAND_OFF, TAKE):
             return None
-        if kind == HAND_OFF:  # the latest request of the epoch's primary stands; the record is unchanged
+        if kind in (HAND_OFF, TAKE):  # from the epoch's primary
             if cur.epoch != epoch or cur.primary != primary:
                 return None
-            self.groups[group] = replace(cur, hand_off=isr[0] if isr else "")
+            # A hand-off request: the latest stands, the record is unchanged. A takeover changes the version:
+            # an election made from a view without it must not hand the epoch back (_vouched).
+            self.groups[group] = replace(cur, hand_off=isr[0] if isr else "") if kind == HAND_OFF else \
+                replace(cur, taken=True, holder=primary, version=cur.version + 1)
             self.untouched.discard(group)
             return group
         blind = self.trust_first and group in self.untouched
@@ -111,9 +136,15 @@ class ControllerState:
         if not (blind or elected or changed):
             return None
         rest = frozenset(isr) - {primary}
-        previous, seen = (cur.primary, bool(rest)) if elected else (cur.previous, cur.isr_seen or bool(rest))
-        hand_off = "" if elected else cur.hand_off
-        self.groups[group] = Assignment(epoch, primary, rest, cur.version + 1, previous, seen, hand_off)
+        if elected:
+            takes = bool(flags & TAKES)
+            a = Assignment(epoch, primary, rest, cur.version + 1, cur.primary, bool(rest), "", not takes,
+                           (cur.primary if cur.taken else cur.holder) if takes else primary)
+        elif changed:
+            a = replace(cur, isr=rest, version=cur.version + 1, isr_seen=cur.isr_seen or bool(rest))
+        else:  # blind: who led before, whether anyone was in sync, whether the epoch was taken: all unknown
+            a = Assignment(epoch, primary, rest, cur.version + 1)
+        self.groups[group] = a
         self.untouched.discard(group)
         return group
 
@@ -190,8 +221,8 @@ class Controller:
                 g.apply(node.follow(a.epoch, a.primary, now))
             return
         if a.epoch > node.epoch:
-            if a.primary == me:
-                g.apply(node.promote(a.epoch, now, set(a.isr)))
+            if a.primary == me:  # confirmed once its takeover is recorded (below)
+                g.apply(node.promote(a.epoch, now, set(a.isr), confirmed=False))
                 log.warning("group %s: %s is the primary of epoch %d (controller)", g.name, me, a.epoch)
             else:
                 g.apply(node.follow(a.epoch, a.primary, now))
@@ -201,6 +232,9 @@ class Controller:
         # Only an election above the epoch a primary leads by its own word confirms it (HaNode.own_epoch): one
         # that restarts, or leads again on a replaced disk, is elected again (a stale view never confirms it).
         if a.epoch == node.epoch and a.primary == me and a.epoch > node.own_epoch:
+            if not a.taken:  # recorded before it commits anything: until then the epoch may go back (_vouched)
+                self._propose(g.name, TAKE, encode_command(TAKE, g.name, a.epoch, a.epoch, me, set()), now)
+                return
             if not node.confirmed:
                 node.confirm(set(a.isr))
             elif set(a.isr) != node.primary.isr:
@@ -218,8 +252,7 @@ class Controller:
                 self._propose(g.name, ISR, encode_command(ISR, g.name, a.version, a.epoch, me, want), now)
         elif not node.confirmed and a.epoch == node.epoch and a.primary == me:
             # Primary by its own store (a restart): be elected again, in a new epoch, or learn otherwise.
-            self._propose(g.name, ELECT, encode_command(ELECT, g.name, a.epoch, a.epoch + 1, me, set(a.isr), a.version),
-                          now)
+            self._propose(g.name, ELECT, encode_election(g.name, a, me, set(a.isr)), now)
 
     def _vouched(self, g: Group, node: HaNode, a: Assignment, now: int) -> bool:
         """A node that started on a pristine store (new, or a replaced disk) and the record: True once the
@@ -239,19 +272,18 @@ class Controller:
             g.apply(node.recovered(now))
             return True
         others = set(a.isr) - {me}
+        # Whom to elect in our place: another in-sync member, else the one the record says holds every entry.
+        back = hand_back_to(a.taken, a.holder, a.previous, a.isr_seen)
         if a.primary == me and others:
-            if self._propose(g.name, ELECT, encode_command(ELECT, g.name, a.epoch, a.epoch + 1, min(others),
-                                                           others, a.version), now):
+            if self._propose(g.name, ELECT, encode_election(g.name, a, min(others), others), now):
                 log.warning("group %s: %s started on an empty store but is the recorded primary: electing "
                             "%s (epoch %d)", g.name, me, min(others), a.epoch + 1)
-        elif a.primary == me and a.previous not in ("", me) and not a.isr_seen:
-            # Nobody was ever in sync in this epoch: an append acknowledged in it was held by this store alone
-            # (ASYNC, or min_in_sync = 0), gone whatever is chosen. The previous primary holds every other.
-            if self._propose(g.name, ELECT, encode_command(ELECT, g.name, a.epoch, a.epoch + 1, a.previous, set(),
-                                                           a.version), now):
-                log.warning("group %s: %s started on an empty store but is the recorded primary, and nobody was "
-                            "in sync in epoch %d: electing the previous primary %s (epoch %d)", g.name, me, a.epoch,
-                            a.previous, a.epoch + 1)
+        elif a.primary == me and back not in ("", me):
+            if self._propose(g.name, ELECT, encode_election(g.name, a, back, set()), now):
+                why = "never took epoch" if not a.taken else "nobody was in sync in epoch"
+                log.warning("group %s: %s started on an empty store but is the recorded primary, and %s %d: "
+                            "electing %s, which holds every entry acknowledged before (epoch %d)", g.name, me, why,
+                            a.epoch, back, a.epoch + 1)
         elif a.primary == me:
             if self._busy.get((g.name, "lost"), 0) <= now:  # (paces the message: every 10 s)
                 self._busy[(g.name, "lost")] = now + 10_000
@@ -292,8 +324,7 @@ class Controller:
                 continue  # no in-sync backup is up: promoting another could lose acknowledged appends
             new = a.hand_off if a.hand_off in candidates else candidates[0]
             isr = set(candidates)  # the dead stay out: the new primary would wait for them
-            if self._propose(name, ELECT, encode_command(ELECT, name, a.epoch, a.epoch + 1, new, isr, a.version),
-                             now):
+            if self._propose(name, ELECT, encode_election(name, a, new, isr), now):
                 why = f"primary {a.primary} asked for a hand-off (a full disk or a damaged log)" if a.hand_off else \
                     f"primary {a.primary} unheard for {timeout} ms"
                 log.warning("group %s: %s: electing %s (epoch %d)", name, why, new, a.epoch + 1)
@@ -362,8 +393,7 @@ class Controller:
                 return
             # Made from this version of the record: a change to it meanwhile (an in-sync change) voids the
             # election, and it is made again from the new one.
-            await self._append(self.managed[group], encode_command(ELECT, group, a.epoch, a.epoch + 1, target,
-                                                                   set(a.isr), a.version))
+            await self._append(self.managed[group], encode_election(group, a, target, set(a.isr)))
             while loop.time() < deadline and self.assignment(group).version == a.version:
                 await asyncio.sleep(0.01)
         conn.respond_error(f, ResponseCode.TIMEOUT, f"group {group}: the controller did not record the promotion "

@@ -5,30 +5,28 @@ backup cuts there, a primary hands off, then cuts), idempotent SYNC clients, and
 linearizable register (version, epoch, primary, in-sync set) at an endpoint, "ctl", that partitions cut
 off like a member (the real one is a Raft group, server/controller.py). Members poll it; a primary's
 in-sync changes are compare-and-set on the version it last saw, one in flight at a time; a primary is
-confirmed only by an election above the epoch it started with; one unheard for failover_timeout_ms is
-replaced by a live in-sync member.
+confirmed only by an election above the epoch it started with, once its takeover is recorded; one
+unheard for failover_timeout_ms is replaced by a live in-sync member.
 
 Checked every step: (a) an append answered SUCCESS was durable on min_in_sync backups, is in the committed
 log at its index, term, position and body, and is held by the recorded primary and in-sync set (running or
 crashed); (b) one confirmed primary per epoch, the recorded one; (c) committed prefixes agree byte for byte
-(chain CRC), with the Raft checker's log matching and leader completeness. After each heal, all caught up.
+(chain CRC), with the Raft checker's log matching and leader completeness; (d) with a controller, an
+append is answered SUCCESS only in an epoch whose takeover was recorded first. After each heal, all caught up.
 
     python -m quorumlog.sim --mode pb --seeds 0:1000 --steps 2000 [--nodes 5] [--no-controller] [--faults all]
 """
 
 from __future__ import annotations
 
-import argparse
 import random
-import sys
-import time
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..argtypes import positive
 from ..config import HaConfig, RaftConfig, StoreConfig
 from ..errors import CorruptEntryError, ResponseCode
+from ..ha.epochs import hand_back_to
 from ..ha.messages import FRAME_HEADER, HaHandshake, HaTransfer, unpack_epochs
 from ..ha.node import HaNode
 from ..raft.appends import AppendRequest
@@ -40,7 +38,7 @@ from .clients import Proposal, SimProducer
 from .cluster import SIM_MEMBER_TIMEOUT_MS, SIM_RETENTION_MS, SIM_RETRY_MS
 from .network import LinkFaults, Network, partition_links
 from .nodes import FillableStore
-from .runner import SeedResult, parse_seeds, run_cluster
+from .runner import SeedResult, run_cluster
 from .timeline import format_trace, window_phase
 
 GROUP, CTL = "pb", "ctl"
@@ -71,7 +69,8 @@ class PbConfig:
 
 @dataclass(frozen=True, slots=True)
 class Ctl:
-    """To the controller: alive; `record` isr if still at `version`; or `elect` me again. From it: the register."""
+    """To the controller: alive; `record` isr if still at `version`; `take` my epoch; or `elect` me again. From
+    it: the register."""
 
     sender: str
     target: str
@@ -83,8 +82,11 @@ class Ctl:
     elect: bool = False
     hand_off: str = ""  # elect this in-sync backup: my disk is full
     lost: bool = False  # my store started pristine: leave me out of the record (controller.py, _vouched)
+    take: bool = False  # record my takeover of this epoch (I commit nothing before)
     previous: str = ""  # the register: the primary of the epoch before
     isr_seen: bool = True  # the register: someone was in sync in this epoch
+    taken: bool = True  # the register: its primary recorded its takeover
+    holder: str = ""  # the register: the primary of the last epoch taken
 
 
 @dataclass(slots=True)
@@ -153,7 +155,7 @@ class PbCluster:
         self.trace: deque[tuple[int, str, object]] = deque(maxlen=cfg.trace_len)
         self.stats: Counter[str] = Counter()
         self.reg = Ctl(CTL, "", 1, 1, self.ids[0], frozenset(self.ids[1:]))  # the register; its history:
-        self.primaries = {1: self.ids[0]}
+        self.primaries, self.taken = {1: self.ids[0]}, {1}
         self.heard = {i: 0 for i in self.ids}  # when the controller last heard each member
         self.members = {i: Member(i, FillableStore(PB_STORE)) for i in self.ids}
         self.outstanding: dict[tuple[str, int, int], Proposal] = {}
@@ -213,17 +215,22 @@ class PbCluster:
         self.heard[p.sender] = self.time
         r = self.reg
         if p.lost:  # as controller.py's conditional commands: another in-sync primary, or out of the set
+            back = self._hand_back(r)
             if r.primary == p.sender and r.isr:
                 self.stats["ctl_lost_store_elections"] += 1
                 self._elect(min(r.isr), r.isr)
-            elif r.primary == p.sender and r.previous not in ("", p.sender) and not r.isr_seen:
-                self.stats["ctl_lost_store_back_to_previous"] += 1
-                self._elect(r.previous, frozenset())
+            elif r.primary == p.sender and back not in ("", p.sender):
+                self.stats["ctl_lost_store_back_to_" + ("holder" if not r.taken else "previous")] += 1
+                self._elect(back, frozenset())
             elif p.sender in r.isr:
                 self.reg = replace(r, version=r.version + 1, isr=r.isr - {p.sender})
                 self._trace(CTL, f"RECORD v{r.version + 1} in-sync {sorted(self.reg.isr)} ({p.sender} lost its store)")
         elif (p.epoch, p.sender) == (r.epoch, r.primary):
-            if p.elect:
+            if p.take and not r.taken:
+                self.reg = replace(r, version=r.version + 1, taken=True, holder=r.primary)
+                self.taken.add(r.epoch)
+                self._trace(CTL, f"TAKE v{r.version + 1} epoch {r.epoch} by {r.primary}")
+            elif p.elect:
                 self._elect(p.sender, r.isr)
             elif p.hand_off:
                 self._hand_off(p.hand_off)
@@ -232,6 +239,11 @@ class PbCluster:
                 self.stats["ctl_isr_changes"] += 1
                 self._trace(CTL, f"RECORD v{r.version + 1} in-sync {sorted(p.isr)}")
         self._send(replace(self.reg, target=p.sender))
+
+    @staticmethod
+    def _hand_back(r: Ctl) -> str:
+        """controller.py's `_vouched`: whom a lost primary without in-sync members hands its epoch to."""
+        return hand_back_to(r.taken, r.holder, r.previous, r.isr_seen)
 
     def _failover(self) -> None:
         t, r = self.time, self.reg
@@ -254,7 +266,8 @@ class PbCluster:
     def _elect(self, new: str, isr: frozenset[str]) -> None:
         r = self.reg
         self.reg = replace(r, version=r.version + 1, epoch=r.epoch + 1, primary=new, isr=isr - {new},
-                           previous=r.primary, isr_seen=bool(isr - {new}))
+                           previous=r.primary, isr_seen=bool(isr - {new}), taken=False,
+                           holder=r.primary if r.taken else r.holder)
         self.primaries[r.epoch + 1] = new
         self._trace(CTL, f"ELECT {new} in epoch {r.epoch + 1}, in-sync {sorted(self.reg.isr)}")
         for i in self.ids:
@@ -272,10 +285,12 @@ class PbCluster:
                 self._apply(m, node.follow(s.epoch, s.primary, self.time))
             return
         if s.epoch > node.epoch:
-            self._apply(m, node.promote(s.epoch, self.time, set(s.isr)) if s.primary == m.id
+            self._apply(m, node.promote(s.epoch, self.time, set(s.isr), confirmed=False) if s.primary == m.id
                         else node.follow(s.epoch, s.primary, self.time))
         elif (s.epoch, s.primary) == (node.epoch, m.id) and node.primary is not None:
-            if s.epoch > node.own_epoch:
+            if s.epoch > node.own_epoch and not s.taken:
+                self._send(Ctl(m.id, CTL, m.seen, node.epoch, take=True))
+            elif s.epoch > node.own_epoch:
                 node.confirm(set(s.isr))
             elif not node.confirmed:  # a primary by its own store (a restart): be elected again
                 self._send(Ctl(m.id, CTL, m.seen, node.epoch, elect=True))
@@ -350,6 +365,9 @@ class PbCluster:
     def _on_ack(self, m: Member, c: Completion, bodies: list[bytes]) -> None:
         if m.node is None or not m.node.is_leader:  # (the checker checks the entries against the committed log)
             raise InvariantViolation(f"{m.id} acknowledged {c.first_index}..{c.last_index}, not a confirmed primary")
+        if self.cfg.controller and m.node.epoch not in self.taken:  # (d)
+            raise InvariantViolation(f"{m.id} acknowledged {c.first_index}..{c.last_index} in epoch {m.node.epoch}, "
+                                     f"whose takeover was never recorded")
         chain = chain_at(m.store, c.last_index)  # durable then on min_in_sync backups (crashed ones too)
         held = sum(1 for b in self.members.values() if b is not m and (b.id in self.checker.damaged or (
             b.store.durable_index >= c.last_index and chain_at(b.store, c.last_index) == chain)))  # (a wipe
@@ -570,30 +588,3 @@ def describe(m: Any) -> str:
 def run_pb_seed(seed: int, cfg: PbConfig) -> SeedResult:
     """Run one seed to the end or to the first violated invariant (an exception of the core is one too)."""
     return run_cluster(seed, PbCluster(seed, cfg), cfg.steps)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m quorumlog.sim --mode pb", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=parse_seeds, default="0:100", help="seed, range a:b (b excluded) or list a,b,c")
-    ap.add_argument("--steps", type=positive, default=1000, help="steps per seed (10 ms of virtual time each)")
-    ap.add_argument("--nodes", type=int, default=3, choices=(2, 3, 4, 5))
-    ap.add_argument("--faults", default="tcp", choices=("tcp", "all", "none"),
-                    help=f"tcp: {','.join(PB_FAULTS)}; all: also {','.join(EXTRA_FAULTS)}")
-    ap.add_argument("--no-controller", action="store_true", help="the first primary stays: no failover")
-    ap.add_argument("--trace", type=positive, default=150, help="trace lines shown for a failure")
-    args = ap.parse_args(argv)
-    faults = {"tcp": PB_FAULTS, "all": PB_FAULTS + EXTRA_FAULTS, "none": ()}[args.faults]
-    cfg = PbConfig(args.nodes, args.steps, faults=faults, controller=not args.no_controller, trace_len=args.trace)
-    seeds, totals, started = args.seeds, Counter[str](), time.monotonic()
-    results = [run_pb_seed(seed, cfg) for seed in seeds]
-    for r in results:
-        totals.update(r.stats)
-        if not r.ok:
-            print(f"\nFAIL seed {r.seed} at step {r.step}: {r.error}\n{r.trace}\n--- replay: python -m quorumlog.sim "
-                  f"--mode pb --seeds {r.seed} --steps {cfg.steps} --nodes {cfg.nodes} --faults {args.faults}"
-                  f"{' --no-controller' * (not cfg.controller)}", file=sys.stderr)
-    failed = sum(not r.ok for r in results)
-    print(f"{len(seeds)} seeds x {cfg.steps} steps, {cfg.nodes} nodes, controller {cfg.controller}, faults "
-          f"{args.faults}: {failed} failed in {time.monotonic() - started:.1f}s")
-    print("  " + ", ".join(f"{k}={v}" for k, v in sorted(totals.items()) if not k.startswith("isr_")))
-    return 1 if failed else 0
