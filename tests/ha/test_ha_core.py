@@ -263,6 +263,15 @@ def test_epoch_list_and_agreed_end() -> None:
     assert agreed_end(primary, []) is None and agreed_end(primary, [(0, 2)]) is None
 
 
+def test_a_member_that_knows_its_epoch_but_no_primary_takes_the_records() -> None:
+    p = Pump(controller="ctl")
+    b = p.nodes["b"]
+    p.apply("b", b.follow(3, None, p.now))  # told of epoch 3 by a withheld primary, which names nobody
+    assert b.behind(3, "a") and b.behind(4, "c") and not b.behind(2, "a") and not b.behind(3, "b")
+    p.apply("b", b.follow(3, "a", p.now))
+    assert b.leader_id == "a" and not b.behind(3, "a") and not b.behind(3, "c")
+
+
 def test_a_lost_primary_hands_its_epoch_back_only_when_no_lost_backup_can_have_acknowledged_in_it() -> None:
     # (taken, holder, previous, isr_seen): never taken, the last primary that took an epoch holds everything
     assert hand_back_to(False, "n0", "n1", True) == "n0"

@@ -201,3 +201,14 @@ def test_pb_sim_a_primary_lost_before_its_takeover_hands_the_epoch_back() -> Non
         c.step()  # (the last step checks that every member caught up with a confirmed primary)
     assert c.stats["ctl_lost_store_back_to_holder"] == 1 and c.reg.primary == "n0", (c.stats, c.reg)
     assert c.checker.acked_entries > acked and len(c.checker.ref) >= acked
+
+
+def test_pb_sim_a_member_told_an_epoch_without_its_primary_learns_the_primary_from_the_record() -> None:
+    """Seed 260776 of `--seeds 260000:261000 --steps 3000 --faults all`, found with takeovers in place: in a new
+    group every member restarted on an empty store while the record moved on to epoch 3, primary n0. n0, back
+    and withheld until every other member showed it an empty log, told stale n1 of epoch 3 naming no primary;
+    n1 then waited for a message naming one, and n0 for n1's handshake. A member now follows the record's
+    primary of its own epoch when it knows of none (`HaNode.behind`)."""
+    r = run_pb_seed(260776, replace(ALL, steps=3000))
+    assert r.ok, f"failed at step {r.step}: {r.error}\n{r.trace}"
+    assert r.stats["ctl_lost_store_back_to_holder"] > 0

@@ -262,6 +262,11 @@ class HaNode:
         self.primary.confirmed = confirmed
         return out
 
+    def behind(self, epoch: int, primary: str) -> bool:
+        """Whether the record's (epoch, primary) is news: a newer epoch, or the primary of ours when we know of
+        none (a withheld primary tells a stale member its epoch, naming nobody)."""
+        return epoch > self.epoch or (epoch == self.epoch and self.primary_id is None and primary != self.node_id)
+
     def follow(self, epoch: int, primary: str | None, now_ms: int) -> Ready:
         """Follow `primary` in `epoch` (never lower than this node's)."""
         out = Ready()

@@ -217,16 +217,16 @@ class Controller:
     def _follow_record(self, g: Group, node: HaNode, a: Assignment, now: int) -> None:
         me = self.node.node_id
         if node.recovering and not self._vouched(g, node, a, now):
-            if a.epoch > node.epoch and a.primary != me:
+            if a.primary != me and node.behind(a.epoch, a.primary):
                 g.apply(node.follow(a.epoch, a.primary, now))
             return
-        if a.epoch > node.epoch:
-            if a.primary == me:  # confirmed once its takeover is recorded (below)
-                g.apply(node.promote(a.epoch, now, set(a.isr), confirmed=False))
-                log.warning("group %s: %s is the primary of epoch %d (controller)", g.name, me, a.epoch)
-            else:
+        if node.behind(a.epoch, a.primary):
+            if a.primary != me:
                 g.apply(node.follow(a.epoch, a.primary, now))
-            return
+                return
+            # Confirmed once its takeover is recorded, proposed below in this same tick.
+            g.apply(node.promote(a.epoch, now, set(a.isr), confirmed=False))
+            log.warning("group %s: %s is the primary of epoch %d (controller)", g.name, me, a.epoch)
         if node.primary_id != me or node.primary is None:
             return
         # Only an election above the epoch a primary leads by its own word confirms it (HaNode.own_epoch): one

@@ -281,10 +281,10 @@ class PbCluster:
         if m.cas is not None and s.version > m.cas.version:
             m.cas = None  # settled: recorded, or the register moved on without it
         if node.recovering and not self._vouched(m, node, s):
-            if s.epoch > node.epoch and s.primary != m.id:
+            if s.primary != m.id and node.behind(s.epoch, s.primary):
                 self._apply(m, node.follow(s.epoch, s.primary, self.time))
             return
-        if s.epoch > node.epoch:
+        if node.behind(s.epoch, s.primary):
             self._apply(m, node.promote(s.epoch, self.time, set(s.isr), confirmed=False) if s.primary == m.id
                         else node.follow(s.epoch, s.primary, self.time))
         elif (s.epoch, s.primary) == (node.epoch, m.id) and node.primary is not None:
