@@ -161,7 +161,8 @@ def test_pb_sim_main_reports_and_replays(monkeypatch: pytest.MonkeyPatch, capsys
 def test_pb_sim_a_replaced_primary_leading_again_is_elected_in_a_new_epoch() -> None:
     """Seed 190205 of `--seeds 190000:191000 --steps 3000 --faults all` (test_ha_core.py has the story): the
     replaced primary led again in the epoch of its earlier incarnation, and the checker found two logs in
-    one epoch."""
+    one epoch. Since then the seed draws otherwise (the core test keeps the story); it stays a run with a
+    replaced primary."""
     r = run_pb_seed(190205, replace(ALL, steps=3000))
     assert r.ok, f"failed at step {r.step}: {r.error}\n{r.trace}"
     assert r.stats["wipes_of_the_primary"] > 0
@@ -169,7 +170,9 @@ def test_pb_sim_a_replaced_primary_leading_again_is_elected_in_a_new_epoch() -> 
 
 def test_pb_sim_a_restarted_backup_ignores_answers_to_its_earlier_incarnation() -> None:
     """Seed 260073 of `--seeds 260000:261000 --steps 3000 --faults all` (test_ha_core.py has the story): a
-    paused primary's answer to a handshake of a backup's earlier incarnation cut entries it had committed."""
+    paused primary's answer to a handshake of a backup's earlier incarnation cut entries it had committed.
+    Since takeovers the seed draws otherwise (the core test keeps the story: no seed of 260000:260800 or
+    190000:190800 fails with the digest check planted off, but for the stall of 260776)."""
     r = run_pb_seed(260073, replace(ALL, steps=3000))
     assert r.ok, f"failed at step {r.step}: {r.error}\n{r.trace}"
 

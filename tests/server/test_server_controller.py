@@ -206,6 +206,27 @@ def test_a_primary_whose_log_rotted_while_down_never_leads_with_it_and_catches_u
     asyncio.run(main())
 
 
+def test_a_primary_whose_recovery_cut_its_tail_never_leads_with_it_and_catches_up(cluster_factory: Any) -> None:
+    """The chaos run with bit flips (primary/backup, partitions, full disks): one bit of the primary's newest
+    entry flipped while it was down after a SIGKILL. Recovery cut the log there, as a torn tail (or as a
+    damaged durable entry, when its checkpoint covered it), and the node, primary of its epoch by its own
+    store, asked to be elected again: its handshakes cut both backups back to its shorter log, and appends
+    it had acknowledged were gone everywhere. A log that recovery cut may lack acknowledged entries: the
+    node is `recovering`, and an in-sync backup is elected in its place."""
+    cluster = cluster_factory(replication="primary-backup", ha={**HA, "failover_timeout_ms": 5000})
+
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints, retry_timeout=30) as c:
+            acked = await _n0_in_sync_with_appends(c, cluster)
+            entry = await c.get(max(acked))
+            assert cluster.kill(0, signal.SIGKILL) == -signal.SIGKILL
+            flip_bit(Path(store_dir(cluster.nodes[0].data_dir, "g0", "n0")), entry.pos, 7, 0x40)  # the entry size
+            cluster.start(0)
+            await _n0_replaced_and_caught_up(c, cluster, acked)
+
+    asyncio.run(main())
+
+
 async def _n0_in_sync_with_appends(c: AsyncClient, cluster: Any) -> dict[int, bytes]:
     """Wait for n0 to be a confirmed primary with both backups in sync; append 50; what was acknowledged."""
     async def in_sync() -> bool:

@@ -230,3 +230,28 @@ def test_index_unit_layout() -> None:
     raw = INDEX_UNIT.pack(1, 2, 3, 4, 5)
     assert [raw[0:4], raw[4:12], raw[12:16], raw[16:24], raw[24:32]] == \
         [v.to_bytes(n, "big") for v, n in ((1, 4), (2, 8), (3, 4), (4, 8), (5, 8))]
+
+
+def test_recovery_names_the_tail_it_cut(tmp_path: Path) -> None:
+    """A bad entry past the checkpoint's durable end is cut as a torn tail, which it may not be (rot in an
+    entry flushed, and acknowledged, since the checkpoint): `tail_cut` tells the replication layer."""
+    d = tmp_path / "s"
+    log = closed_store(d)
+    s = FileStore(d, CFG)
+    assert s.tail_cut is None  # (a clean open)
+    for i in range(30, 35):
+        s.append([nz_body(i, 200)], 5)
+    s.flush()  # durable, and unknown to the checkpoint, as at a SIGKILL
+    log = log_of(s)
+    s.abandon()
+    poke(d, log[32][2] + HEADER_SIZE + 7, b"\x00")
+    s = FileStore(d, CFG)
+    try:
+        assert s.tail_cut == 32 and s.end_index == 31 and s.damage is None
+    finally:
+        s.close()
+    s = FileStore(d, CFG)
+    try:
+        assert s.tail_cut is None  # cut already
+    finally:
+        s.close()

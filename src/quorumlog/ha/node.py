@@ -45,6 +45,8 @@ class HaNode:
         self.config = raft
         self.stats: Counter[str] = Counter()
         self.producers = ProducerTable(raft.producer_window, raft.producer_idle_ms)
+        if store.tail_cut is not None or store.damage is not None:
+            self._lost_at_start()
         self.producers.rebuild(store, self._cut_damaged)
         self.epoch, primary = store.load_vote()
         if self.epoch == 0:  # a new group: epoch 1 led by the configured primary
@@ -240,10 +242,19 @@ class HaNode:
         leaves the in-sync set until it holds them again (server/controller.py). Without a controller a
         primary stays withheld for an operator to promote a backup."""
         self.store.discard_after(max(index, self.store.begin_index) - 1)
+        self._lost_at_start()
+        self.stats["corrupt_entries_cut_at_start"] += 1
+
+    def _lost_at_start(self) -> None:
+        """The log may lack entries this node acknowledged: cut for damage, or cut by the store's recovery
+        (a torn tail past the checkpoint, which may as well be rot in entries flushed and acknowledged since,
+        or durable entries missing). A primary restarted so would lead with that log, and its handshakes
+        cut its backups to it: acknowledged entries lost everywhere (the chaos run with bit flips found
+        it). So it is `recovering`, as a replaced disk."""
         epoch, primary = self.store.load_vote()
         if self.cfg.controller is not None or (primary if epoch else self.cfg.primary) == self.node_id:
             self.store.set_recovering(True)  # (a backup without a controller: its primary drops it, as lost)
-        self.stats["corrupt_entries_cut_at_start"] += 1
+        self.stats["log_lost_entries_at_start"] += 1
 
     # -- epochs ------------------------------------------------------------------------------------
     def promote(self, epoch: int, now_ms: int, isr: set[str] | None = None, confirmed: bool = True) -> Ready:

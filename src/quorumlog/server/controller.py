@@ -48,6 +48,7 @@ from ..ha.node import HaNode
 from ..net.connection import Connection
 from ..net.frames import Frame
 from ..raft.messages import Role
+from ..raft.node import RaftNode
 from .group import Group, now_ms
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ ELECT = "elect"
 ISR = "isr"
 HAND_OFF = "handoff"
 TAKE = "take"
+SYNC = "sync"  # no command: an entry that brings a restarted replica's commit up to date (_vouched)
 TAKES = 1  # an election's flag: its primary records its takeover (the module docstring)
 RETRY_MS = 500
 PROMOTE_WAIT_S = 5.0
@@ -264,6 +266,11 @@ class Controller:
         if cg is None or cg.node.joining or cg.node.recovering:
             return False  # the record is not whole here yet (the controller's store may be new too)
         me = self.node.node_id
+        if not self._record_current(cg):
+            # An idle controller group appends nothing, and a follower's commit stays where its checkpoint
+            # put it until its leader pushes an entry: append one that is no command.
+            self._propose(g.name, SYNC, encode_command(SYNC, g.name, 0, 0, me, set()), now)
+            return False
         state = self.states[self.managed[g.name]]
         # The controller's own store started pristine too and found every member's empty (raft/joining.py):
         # no election was ever recorded, so no append was ever acknowledged: the whole cluster is new.
@@ -293,6 +300,21 @@ class Controller:
         elif me in a.isr:
             self._propose(g.name, ISR, encode_command(ISR, g.name, a.version, a.epoch, a.primary, others), now)
         return False
+
+    @staticmethod
+    def _record_current(cg: Group) -> bool:
+        """Whether this replica of the controller group has applied the whole record: a follower heard its
+        leader's commit this term and holds up to it; a leader committed an entry of its own term. Before
+        that its commit index is what its checkpoint named at start, which can predate every election: the
+        record then looks untouched, and a node whose log may lack acknowledged entries took itself for a
+        member of a new group and led with that log (a test with a SIGKILLed primary found it)."""
+        node, store = cg.node, cg.store
+        commit = store.committed_index
+        if not isinstance(node, RaftNode):
+            return False
+        if node.role == Role.LEADER:
+            return commit >= store.begin_index and store.term_at(commit) == node.term
+        return node.leader_id is not None and 0 <= node.handler.leader_commit <= commit
 
     # -- failover, on the controller group's leader ---------------------------------------------------
     def _watch(self, ctl: str, now: int) -> None:

@@ -64,6 +64,10 @@ class LogStore(Protocol):
     """
 
     config: StoreConfig  # the settings it was opened with
+    # The first entry recovery cut at open as a torn or corrupt tail, past what its checkpoint names as
+    # durable (None: nothing cut). Recovery cannot tell a torn write from rot in entries flushed since the
+    # checkpoint, which this node may have acknowledged.
+    tail_cut: int | None
 
     @property
     def begin_index(self) -> int:

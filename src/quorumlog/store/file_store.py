@@ -148,6 +148,7 @@ class FileStore(FileCuts):
         self._end_term = result.end_term
         self._chain = result.chain
         self._write_pos = result.write_pos
+        self.tail_cut = result.next_index if result.error is not None else None
         if result.error is not None:
             self.notes.append(f"cut a torn or corrupt tail at entry {result.next_index} "
                               f"(pos {result.write_pos}): {result.error}")

@@ -29,6 +29,7 @@ class MemoryStore:
 
     def __init__(self, config: StoreConfig | None = None, *, clock: Callable[[], float] = _at_zero) -> None:
         self.config = config or StoreConfig()
+        self.tail_cut: int | None = None  # (a crash here loses only the unflushed tail: never acknowledged)
         self._seg = self.config.data_segment_bytes
         self._max_body = self.config.max_body_bytes
         self._clock = clock
