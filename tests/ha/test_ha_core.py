@@ -272,6 +272,22 @@ def test_a_member_that_knows_its_epoch_but_no_primary_takes_the_records() -> Non
     assert b.leader_id == "a" and not b.behind(3, "a") and not b.behind(3, "c")
 
 
+@pytest.mark.parametrize("controller", [None, "ctl"])
+def test_a_primary_whose_recovery_cut_a_torn_tail_is_recovering_a_backup_is_not(controller: str | None) -> None:
+    """Past its checkpoint a store's recovery cannot tell a torn write from rot in entries acknowledged since
+    (tests/server/test_server_controller.py has the story): the primary by its own store, which would lead
+    with that log, is recovering; a backup is not (after a power cut every member may have a torn tail)."""
+    stores = {i: log_of([2, 2, 2]) for i in IDS}
+    for s in stores.values():
+        s.save_vote(2, "a")
+    p = Pump(stores=stores, **({"controller": controller} if controller else {}))
+    for i in ("a", "b"):
+        stores[i].tail_cut = 3  # what FileStore sets when its recovery cut a tail: restarted so
+    a, b = p.start("a"), p.start("b")
+    assert a.recovering and not a.is_leader and a.stats["log_lost_entries_at_start"] == 1
+    assert not b.recovering and b.stats["log_lost_entries_at_start"] == 0
+
+
 def test_a_lost_primary_hands_its_epoch_back_only_when_no_lost_backup_can_have_acknowledged_in_it() -> None:
     # (taken, holder, previous, isr_seen): never taken, the last primary that took an epoch holds everything
     assert hand_back_to(False, "n0", "n1", True) == "n0"

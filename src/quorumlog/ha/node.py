@@ -45,7 +45,7 @@ class HaNode:
         self.config = raft
         self.stats: Counter[str] = Counter()
         self.producers = ProducerTable(raft.producer_window, raft.producer_idle_ms)
-        if store.tail_cut is not None or store.damage is not None:
+        if store.damage is not None or (store.tail_cut is not None and self._primary_by_store()):
             self._lost_at_start()
         self.producers.rebuild(store, self._cut_damaged)
         self.epoch, primary = store.load_vote()
@@ -245,14 +245,21 @@ class HaNode:
         self._lost_at_start()
         self.stats["corrupt_entries_cut_at_start"] += 1
 
-    def _lost_at_start(self) -> None:
-        """The log may lack entries this node acknowledged: cut for damage, or cut by the store's recovery
-        (a torn tail past the checkpoint, which may as well be rot in entries flushed and acknowledged since,
-        or durable entries missing). A primary restarted so would lead with that log, and its handshakes
-        cut its backups to it: acknowledged entries lost everywhere (the chaos run with bit flips found
-        it). So it is `recovering`, as a replaced disk."""
+    def _primary_by_store(self) -> bool:
         epoch, primary = self.store.load_vote()
-        if self.cfg.controller is not None or (primary if epoch else self.cfg.primary) == self.node_id:
+        return (primary if epoch else self.cfg.primary) == self.node_id
+
+    def _lost_at_start(self) -> None:
+        """The log may lack entries this node acknowledged: cut for damage, or by the store's recovery
+        (durable entries missing, or a primary's torn tail past the checkpoint). A primary restarted so
+        would lead with that log, and its handshakes cut its backups to it: acknowledged entries lost
+        everywhere (the chaos run with bit flips found it). So it is `recovering`, as a replaced disk.
+
+        A torn tail counts only on a primary: past the checkpoint recovery cannot tell a torn write (never
+        acknowledged) from rot in entries flushed since, and after a power cut every member may have one;
+        were all recovering, nobody would lead. A backup's lost acknowledgements show in its handshake to
+        the primary that counted them (primary.py: it leaves the in-sync set)."""
+        if self.cfg.controller is not None or self._primary_by_store():
             self.store.set_recovering(True)  # (a backup without a controller: its primary drops it, as lost)
         self.stats["log_lost_entries_at_start"] += 1
 
