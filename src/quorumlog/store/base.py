@@ -64,9 +64,9 @@ class LogStore(Protocol):
     """
 
     config: StoreConfig  # the settings it was opened with
-    # The first entry recovery cut at open as a torn or corrupt tail, past what its checkpoint names as
-    # durable (None: nothing cut). Recovery cannot tell a torn write from rot in entries flushed since the
-    # checkpoint, which this node may have acknowledged.
+    # The first entry recovery cut at open (None: nothing cut): a torn or corrupt tail past what its
+    # checkpoint names as durable, or damage below it (then `damage` says so too). Past the checkpoint
+    # recovery cannot tell a torn write from rot in entries flushed, and maybe acknowledged, since.
     tail_cut: int | None
 
     @property
