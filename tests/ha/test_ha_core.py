@@ -288,6 +288,51 @@ def test_a_primary_whose_recovery_cut_a_torn_tail_is_recovering_a_backup_is_not(
     assert not b.recovering and b.stats["log_lost_entries_at_start"] == 0
 
 
+def test_a_backup_whose_recovery_cut_a_tail_takes_no_epoch_until_it_caught_up() -> None:
+    """The simulator's "tail" fault found it (seeds 19 and 31 of `--mode pb --seeds 0:60 --steps 1000`): an
+    in-sync backup whose recovery cut entries it had acknowledged was elected while down and, back, led with
+    its shorter log, cutting the others to it. Elected so (or named primary by a peer), it is recovering
+    instead, for the controller to elect another member or hand the epoch back; it forgets the cut, in its
+    store, once it caught up with a primary."""
+    stores = {i: log_of([2, 2, 2, 2]) for i in IDS}
+    for s in stores.values():
+        s.save_vote(2, "a")
+    p = Pump(stores=stores, controller="ctl")
+    stores["b"].rot_tail(2)  # b lost entries 2 and 3 past its checkpoint, as FileStore cuts a torn tail
+    b = p.start("b")
+    assert b.tail_unverified and not b.recovering
+    p.apply("b", b.promote(3, p.now, {"c"}, confirmed=False))  # the controller's election
+    assert b.recovering and not b.is_leader and b.term == 2 and b.stats["ha_primary_refused_tail_cut"] == 1
+    assert stores["b"].tail_cut == 2  # (forgotten only once it caught up: recovered)
+    b = p.start("b")  # restarted, still recovering; caught up with the primary, the cut is made good
+    p.run(300)
+    assert b.caught_up(2, "a") and stores["b"].end_index == 3
+    p.apply("b", b.recovered(p.now))
+    assert not b.tail_unverified and stores["b"].tail_cut is None
+
+    stores["c"].rot_tail(3)
+    c = p.start("c")
+    p.cut.add("c")
+    p.apply("c", c.step(HaReport(GROUP, "a", "c", 4, "c", -1), p.now))  # a peer's word naming c primary of 4
+    assert c.recovering and not c.is_leader and c.stats["ha_primary_refused_tail_cut"] == 1
+
+
+def test_a_backup_streamed_back_to_its_primary_forgets_its_tail_cut_and_an_operator_may_promote_it() -> None:
+    stores = {i: log_of([2, 2, 2, 2]) for i in IDS}
+    for s in stores.values():
+        s.save_vote(2, "a")
+    p = Pump(stores=stores, controller="ctl")
+    stores["b"].rot_tail(1)
+    b = p.start("b")
+    p.settle()
+    p.run(300)
+    assert stores["b"].end_index == 3 and stores["b"].tail_cut is None and b.stats["ha_tail_cut_made_good"] == 1
+    stores["c"].rot_tail(2)
+    c = p.start("c")
+    p.apply("c", c.promote(3, p.now, {"b"}))  # an operator's promotion, confirmed: its word
+    assert c.is_leader and stores["c"].tail_cut is None
+
+
 def test_a_lost_primary_hands_its_epoch_back_only_when_no_lost_backup_can_have_acknowledged_in_it() -> None:
     # (taken, holder, previous, isr_seen): never taken, the last primary that took an epoch holds everything
     assert hand_back_to(False, "n0", "n1", True) == "n0"

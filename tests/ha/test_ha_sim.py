@@ -41,6 +41,7 @@ def test_pb_sim_three_nodes_200_seeds() -> None:
     assert t["disks_full"] > 100 and t["append_DISK_FULL"] > 0, t
     assert t["expired_entries"] > 10_000, t  # segment expiry on every member, as nodes run it
     assert t["rots"] > 10 and t["rots_of_the_primary"] > 3, t  # damage found on backups and primaries
+    assert t["tail_cuts"] > 20, t  # acknowledged tails cut at recovery as torn
 
 
 def test_pb_sim_reordering_duplicating_network() -> None:
@@ -127,7 +128,7 @@ def test_pb_sim_catches_a_primary_that_commits_before_its_takeover_is_recorded(m
     original = HaNode.promote
 
     def confirmed_at_once(self: HaNode, epoch: int, now: int, isr: Any = None, confirmed: bool = True) -> Any:
-        return original(self, epoch, now, isr)
+        return original(self, epoch, now, isr, confirmed=confirmed or not self.tail_unverified)  # (a tail cut refuses)
 
     monkeypatch.setattr(HaNode, "promote", confirmed_at_once)
     assert "whose takeover was never recorded" in first_failure(run_pb_seed, PbConfig(), range(40))
@@ -147,6 +148,26 @@ def test_pb_sim_catches_a_backup_cut_for_damage_counted_caught_up_too_soon(monke
 
     monkeypatch.setattr(HaNode, "report_corruption", stale_measure)
     assert "(recorded in sync) lacks acknowledged entries" in first_failure(run_pb_seed, ALL, range(100))
+
+
+def test_pb_sim_catches_a_member_leading_with_the_tail_its_recovery_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bug the "tail" fault found (seeds 19 and 31 of `--seeds 0:60 --steps 1000`): a backup whose recovery
+    cut entries it had acknowledged, elected while down, led with its shorter log."""
+    monkeypatch.setattr(HaNode, "tail_unverified", property(lambda self: False))
+    assert "went back" in first_failure(run_pb_seed, PbConfig(steps=1000), range(40))
+
+
+def test_pb_sim_catches_a_tail_cut_forgotten_at_the_next_restart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 500385 of `--seeds 500000:500400 --steps 3000 --faults all`: restarted again before it caught up,
+    a member that no longer knew of its cut was elected and led with it (FileStore keeps it in its checkpoint)."""
+    crash = FillableStore.crash
+
+    def forgetful(self: FillableStore) -> None:
+        crash(self)
+        self.tail_cut = None
+
+    monkeypatch.setattr(FillableStore, "crash", forgetful)
+    assert "lacks committed entries" in first_failure(run_pb_seed, replace(ALL, steps=3000), [500385])
 
 
 def test_pb_sim_main_reports_and_replays(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

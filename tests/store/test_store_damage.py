@@ -250,8 +250,42 @@ def test_recovery_names_the_tail_it_cut(tmp_path: Path) -> None:
         assert s.tail_cut == 32 and s.end_index == 31 and s.damage is None
     finally:
         s.close()
+    s = FileStore(d, CFG)  # remembered across a restart (in the checkpoint) until the node made it good
+    try:
+        assert s.tail_cut == 32 and s.end_index == 31
+        s.clear_tail_cut()
+        assert s.tail_cut is None
+    finally:
+        s.close()
     s = FileStore(d, CFG)
     try:
-        assert s.tail_cut is None  # cut already
+        assert s.tail_cut is None
+    finally:
+        s.close()
+
+
+def test_a_tail_cut_is_remembered_through_a_crash_and_a_later_cut(tmp_path: Path) -> None:
+    """A node may restart again before it fetched what a cut tail held: the store still names the first
+    cut, and a second torn tail later in the log does not hide it."""
+    d = tmp_path / "s"
+    closed_store(d)
+    s = FileStore(d, CFG)
+    for i in range(30, 35):
+        s.append([nz_body(i, 200)], 5)
+    s.flush()
+    log = log_of(s)
+    s.abandon()
+    poke(d, log[32][2] + HEADER_SIZE + 7, b"\x00")
+    s = FileStore(d, CFG)
+    assert s.tail_cut == 32
+    for i in range(32, 38):
+        s.append([nz_body(i, 200)], 5)
+    s.flush()
+    log = log_of(s)
+    s.abandon()  # a SIGKILL: no clean close
+    poke(d, log[36][2] + HEADER_SIZE + 7, b"\x00")
+    s = FileStore(d, CFG)
+    try:
+        assert s.tail_cut == 32 and s.end_index == 35 and s.damage is None
     finally:
         s.close()

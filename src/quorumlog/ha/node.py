@@ -98,6 +98,13 @@ class HaNode:
         """Started on a pristine store in a controlled group, and not yet cleared by the controller."""
         return self.store.recovering
 
+    @property
+    def tail_unverified(self) -> bool:
+        """A tail cut at recovery (store.tail_cut, kept across restarts) may have held entries this node
+        acknowledged (rot past the checkpoint): until it catches up with a primary it takes no epoch the
+        controller elects it to, nor one a peer names it primary of (promote, _start)."""
+        return self.cfg.controller is not None and self.store.tail_cut is not None and not self.store.recovering
+
     def caught_up(self, epoch: int, primary: str) -> bool:
         """A backup of `primary` in `epoch` holding, durable, what that primary had acknowledged when it began
         streaming to us (its commit, and the log it started its epoch with, which holds every entry
@@ -112,6 +119,7 @@ class HaNode:
         a primary of its epoch by its own store (a new group's configured one) takes that role again."""
         out = Ready()
         self.store.set_recovering(False)
+        self.store.clear_tail_cut()  # (caught up with the record's primary, or out of the record)
         if self._withheld:
             self._withheld = False
             if self.primary_id is None:
@@ -196,6 +204,10 @@ class HaNode:
             self.primary.on_flushed(now_ms, out)
         elif self.backup is not None:
             self.backup.on_flushed(durable_index, now_ms, out)
+            if self.store.tail_cut is not None and self.primary_id is not None and self.caught_up(
+                    self.epoch, self.primary_id):
+                self.store.clear_tail_cut()
+                self.stats["ha_tail_cut_made_good"] += 1
         return out
 
     def transfer_leader(self, target: str, now_ms: int, request_id: int | None = None) -> Ready:
@@ -266,10 +278,16 @@ class HaNode:
     # -- epochs ------------------------------------------------------------------------------------
     def promote(self, epoch: int, now_ms: int, isr: set[str] | None = None, confirmed: bool = True) -> Ready:
         """Become the primary of `epoch` (higher than any this node has seen): confirmed at once, or (the
-        controller, once it recorded the takeover) by `confirm`."""
+        controller, once it recorded the takeover) by `confirm`. Elected by the controller with a tail cut
+        at recovery not yet made good, it takes nothing and is `recovering` instead: another in-sync member
+        is elected, or the epoch goes back to its holder (the server's controller, the simulator's)."""
         out = Ready()
         if self.recovering:
             raise ValueError(f"{self.node_id} started on an empty store the controller has not cleared")
+        if self.tail_unverified and not confirmed:
+            self._refuse_with_tail_cut()
+            return out
+        self.store.clear_tail_cut()  # (an operator's promotion: its word)
         if epoch <= self.epoch and not (epoch == self.epoch and self.primary_id == self.node_id):
             raise ValueError(f"epoch {epoch} is not above this node's epoch {self.epoch}")
         # Without a record of who is in sync (a manual promotion), backups join as they prove they hold
@@ -307,8 +325,14 @@ class HaNode:
         self._start(now, out)
         self.stats["epoch_changes"] += 1
 
+    def _refuse_with_tail_cut(self) -> None:
+        self.store.set_recovering(True)  # (recovered() forgets the cut once it caught up)
+        self.stats["ha_primary_refused_tail_cut"] += 1
+
     def _start(self, now: int, out: Ready) -> None:
         self.primary = self.backup = None
+        if self.primary_id == self.node_id and self.tail_unverified:  # named primary by a peer's message
+            self._refuse_with_tail_cut()
         if self.primary_id == self.node_id and self.recovering:
             # A store that may have lost acknowledged entries never leads, not even unconfirmed: its
             # handshakes would cut its backups' logs to its own. It waits for the controller's record.

@@ -228,6 +228,10 @@ class Controller:
                 return
             # Confirmed once its takeover is recorded, proposed below in this same tick.
             g.apply(node.promote(a.epoch, now, set(a.isr), confirmed=False))
+            if node.recovering:  # (HaNode.tail_unverified) another member is elected, or the epoch goes back
+                log.warning("group %s: %s declines epoch %d: its recovery cut a tail that may have held entries "
+                            "it acknowledged", g.name, me, a.epoch)
+                return
             log.warning("group %s: %s is the primary of epoch %d (controller)", g.name, me, a.epoch)
         if node.primary_id != me or node.primary is None:
             return
@@ -283,18 +287,18 @@ class Controller:
         back = hand_back_to(a.taken, a.holder, a.previous, a.isr_seen)
         if a.primary == me and others:
             if self._propose(g.name, ELECT, encode_election(g.name, a, min(others), others), now):
-                log.warning("group %s: %s started on an empty store but is the recorded primary: electing "
+                log.warning("group %s: %s may lack acknowledged entries but is the recorded primary: electing "
                             "%s (epoch %d)", g.name, me, min(others), a.epoch + 1)
         elif a.primary == me and back not in ("", me):
             if self._propose(g.name, ELECT, encode_election(g.name, a, back, set()), now):
                 why = "never took epoch" if not a.taken else "nobody was in sync in epoch"
-                log.warning("group %s: %s started on an empty store but is the recorded primary, and %s %d: "
+                log.warning("group %s: %s may lack acknowledged entries but is the recorded primary, and %s %d: "
                             "electing %s, which holds every entry acknowledged before (epoch %d)", g.name, me, why,
                             a.epoch, back, a.epoch + 1)
         elif a.primary == me:
             if self._busy.get((g.name, "lost"), 0) <= now:  # (paces the message: every 10 s)
                 self._busy[(g.name, "lost")] = now + 10_000
-                log.error("group %s: %s started on an empty store but is the recorded primary, with no other "
+                log.error("group %s: %s may lack acknowledged entries but is the recorded primary, with no other "
                           "in-sync member: acknowledged entries may be lost; promote the backup with the "
                           "longest log with --force", g.name, me)
         elif me in a.isr:

@@ -1,7 +1,8 @@
 """A seeded simulation of a primary/backup group (ha/): HaNodes over MemoryStores, a virtual clock, the
 Raft simulator's network (FIFO per link as TCP is, unless "reorder"), lagging flushes, crashes (losing
 the unflushed tail), pauses, full disks, expiry, replaced disks, damage found on one member ("rot": a
-backup cuts there, a primary hands off, then cuts), idempotent SYNC clients, and a controller: a
+backup cuts there, a primary hands off, then cuts), rot at rest in a crashed member's newest entries
+(its recovery cuts them as a torn tail: "tail"), idempotent SYNC clients, and a controller: a
 linearizable register (version, epoch, primary, in-sync set) at an endpoint, "ctl", that partitions cut
 off like a member (the real one is a Raft group, server/controller.py). Members poll it; a primary's
 in-sync changes are compare-and-set on the version it last saw, one in flight at a time; a primary is
@@ -32,17 +33,17 @@ from ..ha.node import HaNode
 from ..raft.appends import AppendRequest
 from ..raft.driver import Driver
 from ..raft.ready import APPEND, Completion, Ready
-from ..store.base import LogStore
-from .checker import Checker, InvariantViolation, chain_at, header_at
+from .checker import InvariantViolation, chain_at
 from .clients import Proposal, SimProducer
 from .cluster import SIM_MEMBER_TIMEOUT_MS, SIM_RETENTION_MS, SIM_RETRY_MS
 from .network import LinkFaults, Network, partition_links
 from .nodes import FillableStore
+from .pb_checker import PbChecker
 from .runner import SeedResult, run_cluster
 from .timeline import format_trace, window_phase
 
 GROUP, CTL = "pb", "ctl"
-PB_FAULTS = ("drop", "delay", "partition", "crash", "pause", "disk", "full", "expire", "wipe", "rot")
+PB_FAULTS = ("drop", "delay", "partition", "crash", "pause", "disk", "full", "expire", "wipe", "rot", "tail")
 EXTRA_FAULTS = ("reorder", "dup")  # beyond what TCP does: the protocol must stay safe, if slower
 POLL_MS = 50  # members poll the controller this often
 
@@ -107,36 +108,6 @@ class Member:
     resets_seen: int = 0  # its node's log resets the checker has heard of
 
 
-class PbChecker(Checker):
-    """The Raft simulator's checks, with (a) held by the recorded primary and in-sync set, not a majority."""
-
-    def __init__(self, cluster: PbCluster) -> None:
-        super().__init__(cluster.ids, lambda i: cluster.members[i].store if cluster.members[i].node else None)
-        self.stopped_store = lambda i: cluster.members[i].store
-        self.cluster = cluster
-
-    def _check_end(self, node: str, store: LogStore) -> None:
-        """Log matching at durable ends: a primary restarted in its epoch (no controller) rewrites the
-        unflushed tail it lost, which nobody else held (only durable entries are streamed)."""
-        if (d := store.durable_index) >= store.begin_index:
-            h = header_at(store, d)
-            if self.end_entries.setdefault((d, h[3]), h[6]) != h[6]:
-                raise InvariantViolation(f"log matching: {node} holds entry {d} of epoch {h[3]}, differently")
-
-    def _check_acked_majority(self) -> None:
-        idx, c = self.max_acked, self.cluster
-        if idx < 0 or idx >= len(self.ref):
-            return
-        for i in sorted({c.reg.primary, *c.reg.isr} if c.cfg.controller else {c.ids[0]}):
-            if i in self.damaged:
-                continue  # a replaced disk, until the controller leaves it out (on_leader checks it never leads)
-            s = c.members[i].store
-            at = max(idx, min(s.begin_index - 1, len(self.ref) - 1))  # expired entries: its first vouches
-            if chain_at(s, at) != self.ref_chain[at] or s.durable_index < at:
-                raise InvariantViolation(f"{i} (recorded {'primary' if i == c.reg.primary else 'in sync'}) lacks "
-                                         f"acknowledged entries up to {idx}: durable end {s.durable_index}")
-
-
 class PbCluster:
     def __init__(self, seed: int, cfg: PbConfig) -> None:
         self.seed, self.cfg = seed, cfg
@@ -146,6 +117,7 @@ class PbCluster:
         self.expire_rng = random.Random(seed + (2 << 32))
         self.wipe_rng = random.Random(seed + (3 << 32))
         self.rot_rng = random.Random(seed + (4 << 32))
+        self.tail_rng = random.Random(seed + (5 << 32))
         self.commit_history: deque[tuple[int, int]] = deque([(0, -1)])  # (time, committed index seen)
         self.ids = [f"n{i}" for i in range(cfg.nodes)]
         self.ha = replace(cfg.ha, primary=self.ids[0], controller=CTL if cfg.controller else None)
@@ -185,6 +157,19 @@ class PbCluster:
         self.outstanding = {k: p for k, p in self.outstanding.items() if k[0] != m.id}  # outcome unknown
         self.stats["crashes"] += 1
         self._trace(m.id, f"CRASH until {until}; durable end {m.store.end_index}")
+        s, tr = m.store, self.tail_rng
+        if ("tail" in self.faults and self.cfg.controller and tr.random() < 0.2 and s.checkpointed_end < s.end_index
+                and self._one_storage_fault(m)):  # rot at rest in its newest entries: cut as a torn tail
+            self.checker.tail_cut[m.id] = s.end_index
+            s.rot_tail(tr.randint(s.checkpointed_end + 1, s.end_index))
+            self.stats["tail_cuts"] += 1
+            self._trace(m.id, f"TAIL: recovery will cut from entry {s.tail_cut} as torn")
+
+    def _one_storage_fault(self, m: Member) -> bool:
+        """No other member lacks what it acknowledged, and `m` is not the only recorded copy (nor soon: an
+        in-sync change in flight): one lost copy at a time, as the wipe and rot faults."""
+        return (not (self.checker.damaged or self.checker.tail_cut) and bool({self.reg.primary, *self.reg.isr} - {m.id})
+                and not any(o.store.recovering or o.rot_pending or o.cas is not None for o in self.members.values()))
 
     def _apply(self, m: Member, ready: Ready) -> None:
         assert m.driver is not None
@@ -369,9 +354,10 @@ class PbCluster:
             raise InvariantViolation(f"{m.id} acknowledged {c.first_index}..{c.last_index} in epoch {m.node.epoch}, "
                                      f"whose takeover was never recorded")
         chain = chain_at(m.store, c.last_index)  # durable then on min_in_sync backups (crashed ones too)
-        held = sum(1 for b in self.members.values() if b is not m and (b.id in self.checker.damaged or (
-            b.store.durable_index >= c.last_index and chain_at(b.store, c.last_index) == chain)))  # (a wipe
-        # after its ack was sent is a lost disk, not a false ack: a wiped store reports only what it holds)
+        lost = self.checker.damaged | self.checker.tail_cut.keys()
+        held = sum(1 for b in self.members.values() if b is not m and (b.id in lost or (
+            b.store.durable_index >= c.last_index and chain_at(b.store, c.last_index) == chain)))  # (a wipe or
+        # rot after its ack was sent is a lost copy, not a false ack: such a store reports only what it holds)
         if self.ha.ack == "sync" and held < self.ha.min_in_sync:
             raise InvariantViolation(f"{m.id} acknowledged {c.first_index}..{c.last_index}, held by {held} "
                                      f"backups (min_in_sync {self.ha.min_in_sync})")
@@ -505,7 +491,8 @@ class PbCluster:
             self._trace(m.id, f"PAUSE until {m.paused_until}")
         wr = self.wipe_rng
         if ("wipe" in f and self.cfg.controller and len(running) == len(self.ids) and wr.random() < 0.002
-                and not self.checker.damaged and not any(m.store.recovering or m.rot_pending for m in running)
+                and not (self.checker.damaged or self.checker.tail_cut)
+                and not any(m.store.recovering or m.rot_pending for m in running)
                 and not self.net.blocked and all(t - self.heard[i] <= 2 * POLL_MS for i in self.ids)):
             # One disk replaced at a time, while every other member runs, is heard and holds what it acked.
             # (A failover that picks the wiped member before it asked to be left out leaves the group to
@@ -521,7 +508,8 @@ class PbCluster:
                 self._trace(m.id, "WIPE: it restarts with an empty store")
         rr = self.rot_rng
         if ("rot" in f and self.cfg.controller and len(running) == len(self.ids) and rr.random() < 0.002
-                and not self.checker.damaged and not any(m.store.recovering or m.rot_pending for m in running)
+                and not (self.checker.damaged or self.checker.tail_cut)
+                and not any(m.store.recovering or m.rot_pending for m in running)
                 and not self.net.blocked and all(t - self.heard[i] <= 2 * POLL_MS for i in self.ids)):
             self._rot(rr.choice(running))
         fr = self.full_rng

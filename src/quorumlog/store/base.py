@@ -64,9 +64,10 @@ class LogStore(Protocol):
     """
 
     config: StoreConfig  # the settings it was opened with
-    # The first entry recovery cut at open (None: nothing cut): a torn or corrupt tail past what its
-    # checkpoint names as durable, or damage below it (then `damage` says so too). Past the checkpoint
-    # recovery cannot tell a torn write from rot in entries flushed, and maybe acknowledged, since.
+    # The first entry a recovery cut (None: nothing cut): a torn or corrupt tail past what its checkpoint
+    # names as durable, or damage below it (then `damage` says so too). Past the checkpoint recovery cannot
+    # tell a torn write from rot in entries flushed, and maybe acknowledged, since. Remembered across
+    # restarts until `clear_tail_cut`.
     tail_cut: int | None
 
     @property
@@ -222,6 +223,11 @@ class LogStore(Protocol):
         without it, which holds every committed entry): forget the damage, durably. Entries it owed past
         that leader's log were never committed and are gone for good, so `end_index` may stay below
         `damage.committed_index`."""
+        ...
+
+    def clear_tail_cut(self) -> None:
+        """The node holds again what it may have acknowledged before its recovery cut the tail: forget
+        `tail_cut`, durably."""
         ...
 
     def mark_damaged(self, index: int, reason: str) -> None:

@@ -29,10 +29,11 @@ class Checkpoint:
     anchor_index: int = -1
     anchor_pos: int = -1
     anchor_chain: int = 0
+    tail_cut: int = -1  # the first entry a recovery cut as a torn tail, until the node made it good (-1: none)
 
 
 # Fields a checkpoint written by an older version lacks, read as their defaults.
-_OPTIONAL = frozenset({"begin_term"})
+_OPTIONAL = frozenset({"begin_term", "tail_cut"})
 _WHAT = {"checkpoint": "log bounds and committed index", "currterm": "term and vote", "identity": "group identity"}
 
 

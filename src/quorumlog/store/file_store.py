@@ -148,7 +148,9 @@ class FileStore(FileCuts):
         self._end_term = result.end_term
         self._chain = result.chain
         self._write_pos = result.write_pos
-        self.tail_cut = result.next_index if result.error is not None else None
+        # Remembered (in the checkpoint) until the node says it holds what it may have acknowledged again.
+        cuts = [i for i in (cp.tail_cut, result.next_index if result.error is not None else -1) if i >= 0]
+        self.tail_cut = min(cuts) if cuts else None
         if result.error is not None:
             self.notes.append(f"cut a torn or corrupt tail at entry {result.next_index} "
                               f"(pos {result.write_pos}): {result.error}")
@@ -361,6 +363,12 @@ class FileStore(FileCuts):
         self._committed_floor = self._end_floor = -1
         self.checkpoint()
 
+    def clear_tail_cut(self) -> None:
+        self._check_writable()
+        if self.tail_cut is not None:
+            self.tail_cut = None
+            self.checkpoint()
+
     def _write_run(self, bodies: Sequence[bytes], magic: int, first: int, term: int, pos: int,
                    positions: list[int], metas: Mapping[int, bytes] | None) -> None:
         data, units, chain = hotpath.encode_run(bodies, magic, first, term, pos, self._chain, positions, metas)
@@ -479,7 +487,8 @@ class FileStore(FileCuts):
             write_checkpoint(self.files, self.dir, Checkpoint(
                 begin_index=self._begin, begin_pos=self._begin_pos, begin_chain=self._begin_chain,
                 begin_term=self._begin_term, end_index=end, committed_index=committed,
-                anchor_index=anchor, anchor_pos=apos, anchor_chain=achain))
+                anchor_index=anchor, anchor_pos=apos, anchor_chain=achain,
+                tail_cut=-1 if self.tail_cut is None else self.tail_cut))
         except OSError as e:  # out of descriptors or space: the old checkpoint stands (replaced by rename)
             self._transient_or_fail(e)
         self._cp_end, self._cp_committed = end, committed

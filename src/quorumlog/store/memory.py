@@ -29,7 +29,7 @@ class MemoryStore:
 
     def __init__(self, config: StoreConfig | None = None, *, clock: Callable[[], float] = _at_zero) -> None:
         self.config = config or StoreConfig()
-        self.tail_cut: int | None = None  # (a crash here loses only the unflushed tail: never acknowledged)
+        self.tail_cut: int | None = None  # set only by rot_tail: a crash alone loses just the unflushed tail
         self._seg = self.config.data_segment_bytes
         self._max_body = self.config.max_body_bytes
         self._clock = clock
@@ -45,6 +45,7 @@ class MemoryStore:
         self._committed = -1
         self._flushed = -1
         self._checkpointed_committed = -1
+        self._checkpointed_end = -1  # the durable end the last checkpoint named, as FileStore's does
         self._committed_floor = -1  # the committed index before a loss, restored when the damage heals
         self._vote: tuple[int, str | None] = (0, None)
         self._recovering = False
@@ -179,6 +180,7 @@ class MemoryStore:
         self._written = {k: t for k, t in self._written.items() if k <= seg}
         self._flushed = min(self._flushed, self.end_index)
         self._committed = min(self._committed, self.end_index)
+        self._checkpointed_end = min(self._checkpointed_end, self.end_index)  # (FileStore rewrites its checkpoint)
 
     def reset(self, begin_index: int, begin_pos: int, begin_chain: int, begin_term: int) -> None:
         check_reset(begin_index, begin_pos, begin_chain, begin_term, self._committed, self._seg)
@@ -214,6 +216,7 @@ class MemoryStore:
     def checkpoint(self) -> None:
         durable_committed = min(self._committed, self.durable_index)
         self._checkpointed_committed = max(self._checkpointed_committed, durable_committed)
+        self._checkpointed_end = self.durable_index
 
     def load_vote(self) -> tuple[int, str | None]:
         return self._vote
@@ -334,6 +337,23 @@ class MemoryStore:
             committed = self._committed
             self._cut(max(self._flushed, self._begin - 1))
             self._committed = min(committed, self.end_index)
+
+    @property
+    def checkpointed_end(self) -> int:
+        """The durable end the last checkpoint named: recovery cuts entries past it without a word."""
+        return max(self._checkpointed_end, self._checkpointed_committed)
+
+    def rot_tail(self, index: int) -> None:
+        """Simulate rot, found at recovery, in entries past what the last checkpoint names durable: as
+        FileStore's recovery, which cannot tell it from a torn write, cut them, naming only `tail_cut`
+        (entries flushed since the checkpoint, so maybe acknowledged)."""
+        if not self.checkpointed_end < index <= self.end_index:
+            raise ValueError(f"entry {index} is not past the checkpoint ({self.checkpointed_end}) in the log")
+        self._cut(index - 1)
+        self.tail_cut = index if self.tail_cut is None else min(index, self.tail_cut)
+
+    def clear_tail_cut(self) -> None:
+        self.tail_cut = None
 
     def lose_from(self, index: int) -> None:
         """Simulate corruption found at recovery: cut entries from `index` on, even committed ones."""
