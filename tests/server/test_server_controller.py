@@ -16,6 +16,7 @@ from quorumlog.client import AsyncClient
 from quorumlog.store.file_store import store_dir
 
 from .conftest import (
+    SMALL_STORE,
     await_until,
     committed_entries,
     disk_full_past,
@@ -227,6 +228,48 @@ def test_a_primary_whose_recovery_cut_its_tail_never_leads_with_it_and_catches_u
     asyncio.run(main())
 
 
+def test_a_backup_whose_recovery_cut_its_tail_declines_the_election_and_catches_up(cluster_factory: Any) -> None:
+    """The primary/backup simulator's "tail" fault (seeds 19 and 31): n1, in sync, is killed and one bit of
+    its newest entry flips while it is down; its recovery cuts the log there as a torn tail (no checkpoint
+    since names it durable), though n1 had acknowledged it. The primary dies too, and the controller elects
+    n1, the first live in-sync member. Leading with that log would cut n2 back to it and lose acknowledged
+    appends: n1 declines, becomes `recovering`, has n2 elected, and catches up."""
+    cluster = cluster_factory(replication="primary-backup", ha={**HA, "failover_timeout_ms": 5000},
+                              store={**SMALL_STORE, "checkpoint_interval_ms": 600_000})
+
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints, retry_timeout=30) as c:
+            acked = await _n0_in_sync_with_appends(c, cluster)
+            last = max(acked)
+            entry = await c.get(last)
+
+            async def n1_holds_it() -> bool:
+                return (await statuses(c, cluster)).get("n1", {}).get("durable_index", -1) >= last
+
+            await await_until(n1_holds_it, 10, "n1 holding every acknowledged append")
+            assert cluster.kill(1, signal.SIGKILL) == -signal.SIGKILL
+            flip_bit(Path(store_dir(cluster.nodes[1].data_dir, "g0", "n1")), entry.pos, 7, 0x40)  # the entry size
+            assert cluster.kill(0, signal.SIGKILL) == -signal.SIGKILL
+            cluster.start(1)
+
+            async def a_primary() -> str | None:
+                st = await statuses(c, cluster)
+                return next((n for n, s in st.items() if s["role"] == "leader" and s["confirmed"]), None)
+
+            primary = await await_until(a_primary, 30, "a confirmed primary")
+            cluster.start(0)
+
+            async def n0_answers() -> bool:
+                return "n0" in await statuses(c, cluster)
+
+            await await_until(n0_answers, 20, "n0 back")
+            await _caught_up_and_everything_everywhere(c, cluster, ("n0", "n1"), acked)
+            log = cluster.nodes[1].log_path.read_text()
+            assert primary == "n2" and "cut a torn or corrupt tail" in log and "n1 declines epoch" in log
+
+    asyncio.run(main())
+
+
 async def _n0_in_sync_with_appends(c: AsyncClient, cluster: Any) -> dict[int, bytes]:
     """Wait for n0 to be a confirmed primary with both backups in sync; append 50; what was acknowledged."""
     async def in_sync() -> bool:
@@ -250,16 +293,18 @@ async def _n0_replaced_and_caught_up(c: AsyncClient, cluster: Any, acked: dict[i
     assert new in ("n1", "n2") and all(n.alive for n in cluster.nodes)
 
 
-async def _caught_up_and_everything_everywhere(c: AsyncClient, cluster: Any, node_id: str,
+async def _caught_up_and_everything_everywhere(c: AsyncClient, cluster: Any, node_ids: str | tuple[str, ...],
                                                acked: dict[int, bytes]) -> None:
-    """Append 20 more; `node_id` catches up and clears `recovering`; every acknowledged append is on every node."""
+    """Append 20 more; `node_ids` catch up and clear `recovering`; every acknowledged append is on every node."""
     acked.update({(await c.append(f"b{i}".encode())).index: f"b{i}".encode() for i in range(20)})
+    ids = (node_ids,) if isinstance(node_ids, str) else node_ids
 
     async def caught_up() -> bool:
-        s = (await statuses(c, cluster)).get(node_id, {})
-        return not s.get("recovering", True) and s.get("committed_index") == max(acked)
+        st = await statuses(c, cluster)
+        return all(not st.get(n, {}).get("recovering", True) and st[n].get("committed_index") == max(acked)
+                   for n in ids)
 
-    await await_until(caught_up, 30, f"{node_id} caught up and cleared")
+    await await_until(caught_up, 30, f"{', '.join(ids)} caught up and cleared")
     for node in cluster.nodes:
         bodies = dict(await committed_entries(node.address))
         assert all(bodies.get(i) == b for i, b in acked.items()), f"{node.node_id} lacks acknowledged entries"
