@@ -252,6 +252,11 @@ def test_a_backup_whose_recovery_cut_its_tail_declines_the_election_and_catches_
             assert cluster.kill(0, signal.SIGKILL) == -signal.SIGKILL
             cluster.start(1)
 
+            async def n1_back() -> dict[str, Any] | None:
+                return (await statuses(c, cluster)).get("n1")
+
+            assert (await await_until(n1_back, 20, "n1 back")).get("tail_cut") == last  # (no primary to catch up with)
+
             async def a_primary() -> str | None:
                 st = await statuses(c, cluster)
                 return next((n for n, s in st.items() if s["role"] == "leader" and s["confirmed"]), None)

@@ -150,6 +150,8 @@ class HaNode:
         doc: dict[str, object] = {"replication": "primary-backup", "ack": self.cfg.ack, "epoch": self.epoch,
                                   "primary": self.primary_id, "confirmed": self.confirmed,
                                   "last_epoch": self.store.end_term}
+        if self.store.tail_cut is not None:  # declines elections until caught up (tail_unverified)
+            doc["tail_cut"] = self.store.tail_cut
         p = self.primary
         if p is not None:
             doc["in_sync"] = sorted(p.isr)
@@ -283,7 +285,7 @@ class HaNode:
         is elected, or the epoch goes back to its holder (the server's controller, the simulator's)."""
         out = Ready()
         if self.recovering:
-            raise ValueError(f"{self.node_id} started on an empty store the controller has not cleared")
+            raise ValueError(f"{self.node_id} is recovering (an empty, damaged or cut store) and not cleared")
         if self.tail_unverified and not confirmed:
             self._refuse_with_tail_cut()
             return out
