@@ -228,12 +228,15 @@ def test_a_primary_whose_recovery_cut_its_tail_never_leads_with_it_and_catches_u
     asyncio.run(main())
 
 
-def test_a_backup_whose_recovery_cut_its_tail_declines_the_election_and_catches_up(cluster_factory: Any) -> None:
+@pytest.mark.parametrize("mark", ["kept", "lost"])
+def test_a_backup_whose_recovery_cut_its_tail_never_leads_with_it_and_catches_up(cluster_factory: Any,
+                                                                                 mark: str) -> None:
     """The primary/backup simulator's "tail" fault (seeds 19 and 31): n1, in sync, is killed and one bit of
-    its newest entry flips while it is down; its recovery cuts the log there as a torn tail (no checkpoint
-    since names it durable), though n1 had acknowledged it. The primary dies too, and the controller elects
-    n1, the first live in-sync member. Leading with that log would cut n2 back to it and lose acknowledged
-    appends: n1 declines, becomes `recovering`, has n2 elected, and catches up."""
+    its newest entry flips while it is down. The primary dies too, and the controller elects n1, the first
+    live in-sync member. Leading with a log cut there would cut n2 back to it and lose acknowledged appends.
+    With its durable mark, n1's recovery knows the entry was synced: damage, so n1 is `recovering`. Without
+    it (a store from before marks, or a power cut that lost both the mark and the entry's bits), recovery
+    cuts it as a torn tail, and n1 declines the election. Either way n2 is elected and n1 catches up."""
     cluster = cluster_factory(replication="primary-backup", ha={**HA, "failover_timeout_ms": 5000},
                               store={**SMALL_STORE, "checkpoint_interval_ms": 600_000})
 
@@ -248,14 +251,18 @@ def test_a_backup_whose_recovery_cut_its_tail_declines_the_election_and_catches_
 
             await await_until(n1_holds_it, 10, "n1 holding every acknowledged append")
             assert cluster.kill(1, signal.SIGKILL) == -signal.SIGKILL
-            flip_bit(Path(store_dir(cluster.nodes[1].data_dir, "g0", "n1")), entry.pos, 7, 0x40)  # the entry size
+            n1_store = Path(store_dir(cluster.nodes[1].data_dir, "g0", "n1"))
+            flip_bit(n1_store, entry.pos, 7, 0x40)  # the entry size
+            if mark == "lost":
+                (n1_store / "durable").unlink()
             assert cluster.kill(0, signal.SIGKILL) == -signal.SIGKILL
             cluster.start(1)
 
             async def n1_back() -> dict[str, Any] | None:
                 return (await statuses(c, cluster)).get("n1")
 
-            assert (await await_until(n1_back, 20, "n1 back")).get("tail_cut") == last  # (no primary to catch up with)
+            back = await await_until(n1_back, 20, "n1 back")  # (no primary yet to catch up with)
+            assert back.get("tail_cut") == last and back["recovering"] == (mark == "kept")
 
             async def a_primary() -> str | None:
                 st = await statuses(c, cluster)
@@ -270,7 +277,11 @@ def test_a_backup_whose_recovery_cut_its_tail_declines_the_election_and_catches_
             await await_until(n0_answers, 20, "n0 back")
             await _caught_up_and_everything_everywhere(c, cluster, ("n0", "n1"), acked)
             log = cluster.nodes[1].log_path.read_text()
-            assert primary == "n2" and "cut a torn or corrupt tail" in log and "n1 declines epoch" in log
+            assert primary == "n2"
+            if mark == "kept":
+                assert f"durable entry {last} is damaged" in log and "declines" not in log
+            else:
+                assert "cut a torn or corrupt tail" in log and "n1 declines epoch" in log
 
     asyncio.run(main())
 

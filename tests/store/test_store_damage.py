@@ -232,18 +232,81 @@ def test_index_unit_layout() -> None:
         [v.to_bytes(n, "big") for v, n in ((1, 4), (2, 8), (3, 4), (4, 8), (5, 8))]
 
 
-def test_recovery_names_the_tail_it_cut(tmp_path: Path) -> None:
-    """A bad entry past the checkpoint's durable end is cut as a torn tail, which it may not be (rot in an
-    entry flushed, and acknowledged, since the checkpoint): `tail_cut` tells the replication layer."""
-    d = tmp_path / "s"
-    log = closed_store(d)
+def synced_since_checkpoint(d: Path) -> list:
+    """closed_store, then entries 30..34 appended and synced, unknown to the checkpoint: a SIGKILL."""
+    closed_store(d)
     s = FileStore(d, CFG)
     assert s.tail_cut is None  # (a clean open)
     for i in range(30, 35):
         s.append([nz_body(i, 200)], 5)
-    s.flush()  # durable, and unknown to the checkpoint, as at a SIGKILL
+    s.flush()
     log = log_of(s)
     s.abandon()
+    return log
+
+
+def test_a_bad_entry_synced_since_the_checkpoint_is_damage_by_the_durable_mark(tmp_path: Path) -> None:
+    """Past the checkpoint's durable end recovery alone cannot tell a torn write from rot in an entry synced,
+    and maybe acknowledged, since. The durable mark, written after every fdatasync, names what was durable
+    when the process died: a bad entry at or below it is damage, to be fetched again, never cut silently."""
+    d = tmp_path / "s"
+    log = synced_since_checkpoint(d)
+    poke(d, log[32][2] + HEADER_SIZE + 7, b"\x00")
+    with pytest.raises(CorruptCommittedError, match="durable entry 32 is damaged"):
+        FileStore(d, CFG)  # (check-store's read-only open)
+    s = FileStore(d, CFG, repair=True)
+    try:
+        assert s.end_index == 31 and s.damage is not None
+        assert (s.damage.first_bad_index, s.damage.committed_index) == (32, 34)
+    finally:
+        s.close()
+
+
+def test_a_bad_entry_past_the_durable_mark_is_a_torn_write(tmp_path: Path) -> None:
+    """Entries written but not yet synced when the process died were never acknowledged: a bad one is cut
+    without a word, and with nothing for the node to remember."""
+    d = tmp_path / "s"
+    closed_store(d)
+    s = FileStore(d, CFG)
+    for i in range(30, 33):
+        s.append([nz_body(i, 200)], 5)
+    s.flush()
+    for i in range(33, 35):
+        s.append([nz_body(i, 200)], 5)  # written, never synced
+    log = log_of(s)
+    s.abandon()
+    poke(d, log[33][2] + HEADER_SIZE + 7, b"\x00")
+    s = FileStore(d, CFG, repair=True)
+    try:
+        assert s.end_index == 32 and s.damage is None and s.tail_cut is None
+    finally:
+        s.close()
+
+
+def test_a_truncation_lowers_the_durable_mark_before_it_cuts(tmp_path: Path) -> None:
+    d = tmp_path / "s"
+    synced_since_checkpoint(d)
+    s = FileStore(d, CFG, repair=True)
+    s.truncate_after(31)  # a new leader's log: 32..34 were never committed
+    s.abandon()
+    s = FileStore(d, CFG)  # (a mark still naming 34 would make 32..34 missing durable entries)
+    try:
+        assert s.end_index == 31 and s.damage is None
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("mark", ["missing", "garbled"])
+def test_recovery_names_the_tail_it_cut_without_a_durable_mark(tmp_path: Path, mark: str) -> None:
+    """A store written before durable marks (or whose mark is garbled): past the checkpoint a bad entry is cut
+    as a torn tail, which it may not be, and `tail_cut` tells the replication layer, until the node says it
+    made the cut good (clear_tail_cut); it is remembered across restarts meanwhile."""
+    d = tmp_path / "s"
+    log = synced_since_checkpoint(d)
+    if mark == "missing":
+        os.unlink(d / "durable")
+    else:
+        poke_file(d / "durable", 6, b"\xff")
     poke(d, log[32][2] + HEADER_SIZE + 7, b"\x00")
     s = FileStore(d, CFG)
     try:
@@ -264,23 +327,20 @@ def test_recovery_names_the_tail_it_cut(tmp_path: Path) -> None:
         s.close()
 
 
-def test_a_tail_cut_is_remembered_through_a_crash_and_a_later_cut(tmp_path: Path) -> None:
+def test_a_tail_cut_is_remembered_through_a_crash_and_a_later_torn_write(tmp_path: Path) -> None:
     """A node may restart again before it fetched what a cut tail held: the store still names the first
-    cut, and a second torn tail later in the log does not hide it."""
+    cut, and a torn write later in the log does not hide it."""
     d = tmp_path / "s"
-    closed_store(d)
-    s = FileStore(d, CFG)
-    for i in range(30, 35):
-        s.append([nz_body(i, 200)], 5)
-    s.flush()
-    log = log_of(s)
-    s.abandon()
+    log = synced_since_checkpoint(d)
+    os.unlink(d / "durable")  # (a store from before durable marks)
     poke(d, log[32][2] + HEADER_SIZE + 7, b"\x00")
     s = FileStore(d, CFG)
     assert s.tail_cut == 32
-    for i in range(32, 38):
+    for i in range(32, 36):
         s.append([nz_body(i, 200)], 5)
     s.flush()
+    for i in range(36, 38):
+        s.append([nz_body(i, 200)], 5)  # never synced
     log = log_of(s)
     s.abandon()  # a SIGKILL: no clean close
     poke(d, log[36][2] + HEADER_SIZE + 7, b"\x00")
@@ -289,3 +349,10 @@ def test_a_tail_cut_is_remembered_through_a_crash_and_a_later_cut(tmp_path: Path
         assert s.tail_cut == 32 and s.end_index == 35 and s.damage is None
     finally:
         s.close()
+
+
+def poke_file(path: Path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+

@@ -12,6 +12,7 @@ from ..config import StoreConfig
 from ..entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK
 from ..errors import CorruptEntryError, IndexOutOfRangeError, StoreError
 from .base import Damage, check_reset, expiry_point
+from .durable_mark import DurableMark
 from .file_reads import FileReads
 from .vfs import OsFiles
 
@@ -34,6 +35,7 @@ class FileCuts(FileReads):
     _damage: Damage | None
     _end_floor: int
     _committed_floor: int
+    _mark: DurableMark
 
     if TYPE_CHECKING:  # FileStore's own, used here
         def _check_writable(self) -> None: ...
@@ -41,6 +43,7 @@ class FileCuts(FileReads):
         def _checkpoint(self, flushed: int, committed: int | None = None) -> None: ...
         def checkpoint(self) -> None: ...
         def _fail(self, e: OSError) -> None: ...
+        def _set_mark(self, end: int) -> None: ...
 
     def truncate_after(self, index: int) -> None:
         self._check_writable()
@@ -64,9 +67,16 @@ class FileCuts(FileReads):
         self._checkpoint(min(self._flushed, index), min(self._cp_committed, index))
         self._cut(index)
 
+    def _lower_mark(self, end: int) -> None:
+        """Before a removal changes any file: the durable mark names nothing past `end` (durable_mark.py)."""
+        with self._state_lock:
+            if self._mark.end is None or end < self._mark.end:
+                self._set_mark(end)
+
     def _cut(self, keep: int) -> None:
         """Drop every entry after `keep`; the caller has made the checkpoint stop naming them as
         durable, so that a crash part way cannot make recovery take the cut for lost entries."""
+        self._lower_mark(keep)
         if keep >= self._begin:
             _m, pos, size, _i, term = self._unit(keep)
             new_wp, chain = pos + size, self._chain_at(pos)
@@ -135,6 +145,7 @@ class FileCuts(FileReads):
         # at begin_index. The segments go last first (no hole); bytes a crash leaves at begin_pos are
         # kept only if they chain to begin_chain (the same log), else cut as a torn tail.
         self._checkpoint(self._flushed)
+        self._lower_mark(begin_index - 1)
         try:
             self.data.clear()
             self.index.clear()

@@ -12,6 +12,7 @@ Layout of one store directory (`<data-dir>/<group>/<node-id>/`):
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -41,6 +42,7 @@ from ..errors import (
 from .base import Appended, Damage, check_bodies, place
 from .checkpoint import Checkpoint, StableState, check_token, read_checkpoint, write_checkpoint
 from .dirlock import DirLock
+from .durable_mark import DurableMark
 from .file_cuts import FileCuts
 from .reader import RecentBatches
 from .recovery import Scan, judge, scan
@@ -126,11 +128,13 @@ class FileStore(FileCuts):
             raise StoreError(f"cannot create store directory {self.dir}: {e.strerror}") from None
         self.data = SegmentList(os.path.join(self.dir, "data"), self._seg, self.files, prewrite=True)
         self.index = SegmentList(os.path.join(self.dir, "index"), self.config.index_segment_bytes, self.files)
+        self._mark = DurableMark(self.dir, self.files)
         try:
             self._recover(cp, repair)
         except BaseException:
             self.data.close()
             self.index.close()
+            self._mark.close()
             raise
 
     def _recover(self, cp: Checkpoint, repair: bool) -> None:
@@ -143,13 +147,17 @@ class FileStore(FileCuts):
         self.notes += result.notes
         self._begin, self._begin_pos = cp.begin_index, cp.begin_pos
         self._begin_chain, self._begin_term = cp.begin_chain, cp.begin_term
-        self._damage: Damage | None = judge(self.dir, result, cp, repair, self.notes)
+        marked = self._mark.end  # what was durable when the process stopped (durable_mark.py)
+        judged = cp if marked is None or marked <= cp.end_index else dataclasses.replace(cp, end_index=marked)
+        self._damage: Damage | None = judge(self.dir, result, judged, repair, self.notes)
         self._end = result.next_index - 1
         self._end_term = result.end_term
         self._chain = result.chain
         self._write_pos = result.write_pos
         # Remembered (in the checkpoint) until the node says it holds what it may have acknowledged again.
-        cuts = [i for i in (cp.tail_cut, result.next_index if result.error is not None else -1) if i >= 0]
+        # Past a valid mark a bad entry is a torn write, never acknowledged: nothing to remember.
+        cut = result.next_index if result.error is not None and (marked is None or self._damage) else -1
+        cuts = [i for i in (cp.tail_cut, cut) if i >= 0]
         self.tail_cut = min(cuts) if cuts else None
         if result.error is not None:
             self.notes.append(f"cut a torn or corrupt tail at entry {result.next_index} "
@@ -173,7 +181,8 @@ class FileStore(FileCuts):
         # What the checkpoint on disk names: a truncation below its durable end must lower that first.
         self._cp_end, self._cp_committed = cp.end_index, cp.committed_index
         if result.error is not None or result.rebuilt or self._damage:
-            self.checkpoint()
+            self.checkpoint()  # (first: it keeps a damage's debt, which the mark below no longer names)
+        self._set_mark(self._end)
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -456,7 +465,14 @@ class FileStore(FileCuts):
         with self._state_lock:
             if epoch == self._epoch and end > self._flushed:
                 self._flushed = end
+                self._set_mark(end)
         return self.durable_index
+
+    def _set_mark(self, end: int) -> None:
+        try:
+            self._mark.write(end)
+        except OSError as e:
+            self._fail(e)
 
     def checkpoint(self) -> None:
         self._check_writable()
@@ -542,6 +558,7 @@ class FileStore(FileCuts):
         self._closed = True
         self.data.close()
         self.index.close()
+        self._mark.close()
         self._lock.release()
 
     def abandon(self) -> None:
@@ -555,6 +572,7 @@ class FileStore(FileCuts):
             self._flusher.join()
         self.data.close()
         self.index.close()
+        self._mark.close()
         self._lock.release()
 
     def __enter__(self) -> FileStore:

@@ -1,0 +1,52 @@
+"""A store's durable mark: the end index its last fdatasync covered, rewritten in place right after each
+one (the file `durable` beside the checkpoint, never synced itself).
+
+The checkpoint names the durable end only every checkpoint_interval_ms. Past it, recovery alone cannot
+tell a torn write (never synced, so never acknowledged) from bit rot in entries synced, and maybe
+acknowledged, since. The mark is in the page cache as soon as it is written, so it survives a killed
+process: recovery then knows what was durable when the process died, and a bad entry at or below the
+mark is damage, one past it a torn write. After a power cut the mark on disk may be older than the log:
+the entries between it and the true durable end were synced, so they read back whole, and a bad entry
+past the true end was never synced: a torn write still. Only rot and a power cut together escape it.
+
+A mark higher than the log (a truncation that lowered it, cut short by a crash) makes recovery take the
+missing entries for damage: the node fetches them again, never loses them. So every removal lowers the
+mark before any file changes, and a failed write of the mark fails the store, as a failed data write.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+
+from .vfs import OsFiles
+
+MARK = struct.Struct(">4sqI")  # magic, end index, CRC-32 of the first 12 bytes
+MAGIC = b"QLDM"
+
+
+class DurableMark:
+    """The `durable` file of one store directory: `end` is the valid mark read at open (None: no file,
+    a store written before marks, or a damaged mark), then the last one written."""
+
+    def __init__(self, directory: str, files: OsFiles) -> None:
+        self._files = files
+        self._fd = files.open(os.path.join(directory, "durable"))
+        self.end: int | None = self._read()
+
+    def _read(self) -> int | None:
+        raw = os.pread(self._fd, MARK.size, 0)
+        if len(raw) != MARK.size:
+            return None
+        magic, end, crc = MARK.unpack(raw)
+        return end if magic == MAGIC and crc == zlib.crc32(raw[:12]) else None
+
+    def write(self, end: int) -> None:
+        """Overwrite the mark with `end` (OSError on failure)."""
+        head = MAGIC + end.to_bytes(8, "big", signed=True)
+        self._files.pwrite(self._fd, head + zlib.crc32(head).to_bytes(4, "big"), 0)
+        self.end = end
+
+    def close(self) -> None:
+        self._files.close(self._fd)
