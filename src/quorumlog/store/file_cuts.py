@@ -132,6 +132,10 @@ class FileCuts(FileReads):
         check_reset(begin_index, begin_pos, begin_chain, begin_term, self._committed, self._seg)
         self._before_entries()
         self._recent.clear()
+        # The mark first: with the new begin in the checkpoint, one still naming the old log's end would
+        # make a crash before the files go look like damage to the old entries there, which the new log
+        # does not chain to.
+        self._lower_mark(begin_index - 1)
         with self._state_lock:
             self._epoch += 1
             self._begin, self._begin_pos, self._begin_chain, self._begin_term = (
@@ -145,7 +149,6 @@ class FileCuts(FileReads):
         # at begin_index. The segments go last first (no hole); bytes a crash leaves at begin_pos are
         # kept only if they chain to begin_chain (the same log), else cut as a torn tail.
         self._checkpoint(self._flushed)
-        self._lower_mark(begin_index - 1)
         try:
             self.data.clear()
             self.index.clear()
