@@ -64,10 +64,10 @@ class LogStore(Protocol):
     """
 
     config: StoreConfig  # the settings it was opened with
-    # The first entry a recovery cut (None: nothing cut): a torn or corrupt tail past what its checkpoint
-    # names as durable, or damage below it (then `damage` says so too). Past the checkpoint recovery cannot
-    # tell a torn write from rot in entries flushed, and maybe acknowledged, since. Remembered across
-    # restarts until `clear_tail_cut`.
+    # The first entry a recovery cut as a torn tail without knowing it was never acknowledged (None:
+    # nothing so cut): a bad entry past the checkpoint's durable end in a store without a valid durable
+    # mark (durable_mark.py), which may as well be rot in an entry flushed, and acknowledged, since.
+    # Remembered across restarts until `clear_tail_cut`. (Damage, which recovery does know of: `damage`.)
     tail_cut: int | None
 
     @property

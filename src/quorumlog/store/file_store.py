@@ -156,7 +156,7 @@ class FileStore(FileCuts):
         self._write_pos = result.write_pos
         # Remembered (in the checkpoint) until the node says it holds what it may have acknowledged again.
         # Past a valid mark a bad entry is a torn write, never acknowledged: nothing to remember.
-        cut = result.next_index if result.error is not None and (marked is None or self._damage) else -1
+        cut = result.next_index if result.error is not None and marked is None and not self._damage else -1
         cuts = [i for i in (cp.tail_cut, cut) if i >= 0]
         self.tail_cut = min(cuts) if cuts else None
         if result.error is not None:
