@@ -232,17 +232,25 @@ def test_index_unit_layout() -> None:
         [v.to_bytes(n, "big") for v, n in ((1, 4), (2, 8), (3, 4), (4, 8), (5, 8))]
 
 
+def killed_after(s: FileStore, synced: range, unsynced: range = range(0)) -> list:
+    """Append `synced` and flush, append `unsynced` (written, never synced), then let the store go as a SIGKILL
+    would: no checkpoint names them. The log, as it was."""
+    for i in synced:
+        s.append([nz_body(i, 200)], 5)
+    s.flush()
+    for i in unsynced:
+        s.append([nz_body(i, 200)], 5)
+    log = log_of(s)
+    s.abandon()
+    return log
+
+
 def synced_since_checkpoint(d: Path) -> list:
     """closed_store, then entries 30..34 appended and synced, unknown to the checkpoint: a SIGKILL."""
     closed_store(d)
     s = FileStore(d, CFG)
     assert s.tail_cut is None  # (a clean open)
-    for i in range(30, 35):
-        s.append([nz_body(i, 200)], 5)
-    s.flush()
-    log = log_of(s)
-    s.abandon()
-    return log
+    return killed_after(s, range(30, 35))
 
 
 def test_a_bad_entry_synced_since_the_checkpoint_is_damage_by_the_durable_mark(tmp_path: Path) -> None:
@@ -254,12 +262,9 @@ def test_a_bad_entry_synced_since_the_checkpoint_is_damage_by_the_durable_mark(t
     poke(d, log[32][2] + HEADER_SIZE + 7, b"\x00")
     with pytest.raises(CorruptCommittedError, match="durable entry 32 is damaged"):
         FileStore(d, CFG)  # (check-store's read-only open)
-    s = FileStore(d, CFG, repair=True)
-    try:
+    with FileStore(d, CFG, repair=True) as s:
         assert s.end_index == 31 and s.damage is not None
         assert (s.damage.first_bad_index, s.damage.committed_index) == (32, 34)
-    finally:
-        s.close()
 
 
 def test_a_bad_entry_past_the_durable_mark_is_a_torn_write(tmp_path: Path) -> None:
@@ -267,20 +272,10 @@ def test_a_bad_entry_past_the_durable_mark_is_a_torn_write(tmp_path: Path) -> No
     without a word, and with nothing for the node to remember."""
     d = tmp_path / "s"
     closed_store(d)
-    s = FileStore(d, CFG)
-    for i in range(30, 33):
-        s.append([nz_body(i, 200)], 5)
-    s.flush()
-    for i in range(33, 35):
-        s.append([nz_body(i, 200)], 5)  # written, never synced
-    log = log_of(s)
-    s.abandon()
+    log = killed_after(FileStore(d, CFG), range(30, 33), range(33, 35))
     poke(d, log[33][2] + HEADER_SIZE + 7, b"\x00")
-    s = FileStore(d, CFG, repair=True)
-    try:
+    with FileStore(d, CFG, repair=True) as s:
         assert s.end_index == 32 and s.damage is None and s.tail_cut is None
-    finally:
-        s.close()
 
 
 def test_a_truncation_lowers_the_durable_mark_before_it_cuts(tmp_path: Path) -> None:
@@ -289,11 +284,8 @@ def test_a_truncation_lowers_the_durable_mark_before_it_cuts(tmp_path: Path) -> 
     s = FileStore(d, CFG, repair=True)
     s.truncate_after(31)  # a new leader's log: 32..34 were never committed
     s.abandon()
-    s = FileStore(d, CFG)  # (a mark still naming 34 would make 32..34 missing durable entries)
-    try:
+    with FileStore(d, CFG) as s:  # (a mark still naming 34 would make 32..34 missing durable entries)
         assert s.end_index == 31 and s.damage is None
-    finally:
-        s.close()
 
 
 @pytest.mark.parametrize("mark", ["missing", "garbled"])
@@ -308,23 +300,14 @@ def test_recovery_names_the_tail_it_cut_without_a_durable_mark(tmp_path: Path, m
     else:
         poke_file(d / "durable", 6, b"\xff")
     poke(d, log[32][2] + HEADER_SIZE + 7, b"\x00")
-    s = FileStore(d, CFG)
-    try:
+    with FileStore(d, CFG) as s:
         assert s.tail_cut == 32 and s.end_index == 31 and s.damage is None
-    finally:
-        s.close()
-    s = FileStore(d, CFG)  # remembered across a restart (in the checkpoint) until the node made it good
-    try:
+    with FileStore(d, CFG) as s:  # remembered across a restart (in the checkpoint) until the node made it good
         assert s.tail_cut == 32 and s.end_index == 31
         s.clear_tail_cut()
         assert s.tail_cut is None
-    finally:
-        s.close()
-    s = FileStore(d, CFG)
-    try:
+    with FileStore(d, CFG) as s:
         assert s.tail_cut is None
-    finally:
-        s.close()
 
 
 def test_a_tail_cut_is_remembered_through_a_crash_and_a_later_torn_write(tmp_path: Path) -> None:
@@ -336,19 +319,10 @@ def test_a_tail_cut_is_remembered_through_a_crash_and_a_later_torn_write(tmp_pat
     poke(d, log[32][2] + HEADER_SIZE + 7, b"\x00")
     s = FileStore(d, CFG)
     assert s.tail_cut == 32
-    for i in range(32, 36):
-        s.append([nz_body(i, 200)], 5)
-    s.flush()
-    for i in range(36, 38):
-        s.append([nz_body(i, 200)], 5)  # never synced
-    log = log_of(s)
-    s.abandon()  # a SIGKILL: no clean close
+    log = killed_after(s, range(32, 36), range(36, 38))
     poke(d, log[36][2] + HEADER_SIZE + 7, b"\x00")
-    s = FileStore(d, CFG)
-    try:
+    with FileStore(d, CFG) as s:
         assert s.tail_cut == 32 and s.end_index == 35 and s.damage is None
-    finally:
-        s.close()
 
 
 def poke_file(path: Path, offset: int, data: bytes) -> None:
