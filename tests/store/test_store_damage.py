@@ -3,6 +3,7 @@ the index of the entry every read error names, and index units checked against t
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from quorumlog.errors import CorruptCommittedError, CorruptEntryError
 from quorumlog.store import MemoryStore
 from quorumlog.store.checkpoint import read_checkpoint
 from quorumlog.store.file_store import FileStore
+from quorumlog.store.vfs import Buffer, OsFiles
 
 CFG = small_config(data_segment_bytes=16 * 1024, index_segment_bytes=32 * 16, max_body_bytes=4096)
 SEG = CFG.data_segment_bytes
@@ -323,6 +325,41 @@ def test_a_tail_cut_is_remembered_through_a_crash_and_a_later_torn_write(tmp_pat
     poke(d, log[36][2] + HEADER_SIZE + 7, b"\x00")
     with FileStore(d, CFG) as s:
         assert s.tail_cut == 32 and s.end_index == 35 and s.damage is None
+
+
+class MarkOutOfSpace(OsFiles):
+    """ENOSPC on every write of the durable mark while `full`: its first block, or a copy-on-write file system."""
+
+    full = False
+    mark_fd = -1
+
+    def open(self, path: str) -> int:
+        fd = super().open(path)
+        if path.endswith("durable"):
+            self.mark_fd = fd
+        return fd
+
+    def pwrite(self, fd: int, data: Buffer | list[Buffer], offset: int) -> None:
+        if self.full and fd == self.mark_fd:
+            raise OSError(errno.ENOSPC, "no space left on device")
+        super().pwrite(fd, data, offset)
+
+
+def test_a_durable_mark_that_cannot_be_written_is_emptied_and_recovery_falls_back(tmp_path: Path) -> None:
+    """A mark lower than what was synced would make rot in a synced entry look like a torn write. Out of space,
+    the store goes on and empties the mark (no block needed): recovery then falls back to the checkpoint's
+    durable end and names the cut in `tail_cut`; the next write that succeeds brings the mark back."""
+    d = tmp_path / "s"
+    closed_store(d)
+    files = MarkOutOfSpace()
+    s = FileStore(d, CFG, files=files)
+    files.full = True
+    log = killed_after(s, range(30, 35))
+    assert (d / "durable").stat().st_size == 0
+    poke(d, log[32][2] + HEADER_SIZE + 7, b"\x00")
+    with FileStore(d, CFG) as s:  # (space again: the mark is written at the end of recovery)
+        assert s.tail_cut == 32 and s.end_index == 31 and s.damage is None
+    assert (d / "durable").stat().st_size == 16
 
 
 def poke_file(path: Path, offset: int, data: bytes) -> None:

@@ -12,6 +12,9 @@ past the true end was never synced: a torn write still. Only rot and a power cut
 A mark higher than the log (a truncation that lowered it, cut short by a crash) makes recovery take the
 missing entries for damage: the node fetches them again, never loses them. So every removal lowers the
 mark before any file changes, and a failed write of the mark fails the store, as a failed data write.
+A mark lower than what was synced is the one to avoid. Out of space (the file's first block, or a
+copy-on-write file system), the mark is emptied instead, which needs no block: no mark at all, and
+recovery falls back to the checkpoint's durable end (FileStore's `tail_cut`) until a write succeeds.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import os
 import struct
 import zlib
 
-from .vfs import OsFiles
+from .vfs import NO_SPACE, OsFiles
 
 MARK = struct.Struct(">4sqI")  # magic, end index, CRC-32 of the first 12 bytes
 MAGIC = b"QLDM"
@@ -43,9 +46,16 @@ class DurableMark:
         return end if magic == MAGIC and crc == zlib.crc32(raw[:12]) else None
 
     def write(self, end: int) -> None:
-        """Overwrite the mark with `end` (OSError on failure)."""
+        """Overwrite the mark with `end`; out of space, empty it (OSError on any other failure)."""
         head = MAGIC + end.to_bytes(8, "big", signed=True)
-        self._files.pwrite(self._fd, head + zlib.crc32(head).to_bytes(4, "big"), 0)
+        try:
+            self._files.pwrite(self._fd, head + zlib.crc32(head).to_bytes(4, "big"), 0)
+        except OSError as e:
+            if e.errno not in NO_SPACE:
+                raise
+            os.ftruncate(self._fd, 0)
+            self.end = None
+            return
         self.end = end
 
     def close(self) -> None:
