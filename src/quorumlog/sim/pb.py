@@ -165,11 +165,20 @@ class PbCluster:
             self.stats["tail_cuts"] += 1
             self._trace(m.id, f"TAIL: recovery will cut from entry {s.tail_cut} as torn")
 
+    def _no_copy_lost(self) -> bool:
+        """No member lacks what it acknowledged, nor is about to: one lost copy at a time (wipe, rot, tail)."""
+        return not (self.checker.damaged or self.checker.tail_cut) and not any(
+            o.store.recovering or o.rot_pending for o in self.members.values())
+
+    def _calm_at_rest(self) -> bool:
+        """_no_copy_lost, the network whole and every member heard of late (the wipe and rot faults)."""
+        return self._no_copy_lost() and not self.net.blocked and all(
+            self.time - self.heard[i] <= 2 * POLL_MS for i in self.ids)
+
     def _one_storage_fault(self, m: Member) -> bool:
-        """No other member lacks what it acknowledged, and `m` is not the only recorded copy (nor soon: an
-        in-sync change in flight): one lost copy at a time, as the wipe and rot faults."""
-        return (not (self.checker.damaged or self.checker.tail_cut) and bool({self.reg.primary, *self.reg.isr} - {m.id})
-                and not any(o.store.recovering or o.rot_pending or o.cas is not None for o in self.members.values()))
+        """_no_copy_lost, and `m` is not the only recorded copy (nor soon: an in-sync change in flight)."""
+        return (self._no_copy_lost() and bool({self.reg.primary, *self.reg.isr} - {m.id})
+                and all(o.cas is None for o in self.members.values()))
 
     def _apply(self, m: Member, ready: Ready) -> None:
         assert m.driver is not None
@@ -491,9 +500,7 @@ class PbCluster:
             self._trace(m.id, f"PAUSE until {m.paused_until}")
         wr = self.wipe_rng
         if ("wipe" in f and self.cfg.controller and len(running) == len(self.ids) and wr.random() < 0.002
-                and not (self.checker.damaged or self.checker.tail_cut)
-                and not any(m.store.recovering or m.rot_pending for m in running)
-                and not self.net.blocked and all(t - self.heard[i] <= 2 * POLL_MS for i in self.ids)):
+                and self._calm_at_rest()):
             # One disk replaced at a time, while every other member runs, is heard and holds what it acked.
             # (A failover that picks the wiped member before it asked to be left out leaves the group to
             # the operator: controller.py logs it. That takes a second fault at once, left out here.)
@@ -508,9 +515,7 @@ class PbCluster:
                 self._trace(m.id, "WIPE: it restarts with an empty store")
         rr = self.rot_rng
         if ("rot" in f and self.cfg.controller and len(running) == len(self.ids) and rr.random() < 0.002
-                and not (self.checker.damaged or self.checker.tail_cut)
-                and not any(m.store.recovering or m.rot_pending for m in running)
-                and not self.net.blocked and all(t - self.heard[i] <= 2 * POLL_MS for i in self.ids)):
+                and self._calm_at_rest()):
             self._rot(rr.choice(running))
         fr = self.full_rng
         if "full" in f and running and fr.random() < 0.004 and not (m := fr.choice(running)).store.full:
