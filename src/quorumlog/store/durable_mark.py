@@ -25,8 +25,9 @@ import zlib
 
 from .vfs import NO_SPACE, OsFiles
 
-MARK = struct.Struct(">4sqI")  # magic, end index, CRC-32 of the first 12 bytes
+HEAD = struct.Struct(">4sq")  # magic, end index; then the CRC-32 of these 12 bytes (u32)
 MAGIC = b"QLDM"
+SIZE = HEAD.size + 4
 
 
 class DurableMark:
@@ -39,15 +40,15 @@ class DurableMark:
         self.end: int | None = self._read()
 
     def _read(self) -> int | None:
-        raw = os.pread(self._fd, MARK.size, 0)
-        if len(raw) != MARK.size:
+        raw = os.pread(self._fd, SIZE, 0)
+        if len(raw) != SIZE or int.from_bytes(raw[HEAD.size:], "big") != zlib.crc32(raw[:HEAD.size]):
             return None
-        magic, end, crc = MARK.unpack(raw)
-        return end if magic == MAGIC and crc == zlib.crc32(raw[:12]) else None
+        magic, end = HEAD.unpack_from(raw)
+        return end if magic == MAGIC else None
 
     def write(self, end: int) -> None:
         """Overwrite the mark with `end`; out of space, empty it (OSError on any other failure)."""
-        head = MAGIC + end.to_bytes(8, "big", signed=True)
+        head = HEAD.pack(MAGIC, end)
         try:
             self._files.pwrite(self._fd, head + zlib.crc32(head).to_bytes(4, "big"), 0)
         except OSError as e:
