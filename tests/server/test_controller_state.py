@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import msgpack
 
-from quorumlog.server.controller import (
+from quorumlog.config import StoreConfig
+from quorumlog.ha.record import (
     ELECT,
     HAND_OFF,
     ISR,
     PREFIX,
+    SNAPSHOT,
+    SYNC,
     TAKE,
     Assignment,
     ControllerState,
     encode_command,
     encode_election,
 )
+from quorumlog.store.memory import MemoryStore
 
 
 def _state() -> ControllerState:
@@ -60,12 +66,91 @@ def test_entries_that_are_not_commands_change_nothing() -> None:
     assert s.groups["g0"] == Assignment(1, "n0", frozenset({"n1", "n2"}))
 
 
-def test_after_expiry_the_first_command_seen_for_a_group_stands() -> None:
-    s = _state()
-    s.trust_first = True  # the log's start is gone: the defaults say nothing about the present
-    assert s.apply(encode_command(ELECT, "g0", 6, 7, "n2", {"n0"})) == "g0"
-    assert s.groups["g0"] == Assignment(7, "n2", frozenset({"n0"}), 1)
-    assert s.apply(encode_command(ELECT, "g0", 6, 7, "n1", {"n0"})) is None  # conditions apply again
+class _Log:
+    """A controller group's committed log, in a real MemoryStore with small segments that expire."""
+
+    def __init__(self) -> None:
+        self.store = MemoryStore(StoreConfig(data_segment_bytes=4096, index_segment_bytes=8192, max_body_bytes=1024,
+                                             file_reserved_hours=0))
+
+    def commit(self, body: bytes) -> None:
+        self.store.append([body], 1)
+        self.store.flush()
+        self.store.set_committed(self.store.end_index)
+
+
+def _replica() -> ControllerState:
+    s = ControllerState({})
+    s.add_default("g0", Assignment(1, "n0", frozenset({"n1", "n2"})))
+    return s
+
+
+def test_replicas_converge_byte_for_byte_after_expiry_and_a_restart() -> None:
+    """Issue fault 1: a replica restarted on a log whose start expired took the first command it met for a
+    group as the record ("trust_first"), restarting the version at 1; every later conditional command then
+    failed on that replica only, and two replicas named two primaries for one epoch. The record now never
+    depends on how much of the log remains: a replica that missed the log's start applies nothing until a
+    snapshot, written by the leader right after the entries it sums up, and expiry keeps the last one."""
+    log, full = _Log(), _replica()
+    for i in range(120):  # many elections and in-sync changes: the log spans several segments
+        a = full.groups["g0"]
+        log.commit(encode_election("g0", a, ("n1", "n2", "n0")[i % 3], {"n0", "n1", "n2"}) if i % 2 else
+                   encode_command(ISR, "g0", a.version, a.epoch, a.primary, set(a.isr) - {"n1"}))
+        full.catch_up(log.store)
+    log.commit(full.snapshot())  # the leader: as of the last entry applied, written right after it
+    for _ in range(3):
+        log.commit(encode_command(SYNC, "g0", 0, 0, "n0", set()))
+    full.catch_up(log.store)
+    assert full.snapshot_index == log.store.end_index - 3 and full.since_snapshot == 3
+    a = full.groups["g0"]
+    log.commit(encode_election("g0", a, "n2", {"n0", "n2"}))  # (a conditional command after the snapshot)
+    full.catch_up(log.store)
+    cap = full.expiry_cap()
+    assert log.store.expire(cap, 1e9) > 0 and 0 < log.store.begin_index <= full.snapshot_index
+    restarted = _replica()  # a restart: nothing applied, the defaults of its config
+    restarted.catch_up(log.store)
+    assert restarted.whole and restarted.encode() == full.encode()
+    assert restarted.groups["g0"].version == full.groups["g0"].version > 100
+    # Both apply what comes next alike: a command made from the record, and a stale one.
+    a = full.groups["g0"]
+    log.commit(encode_election("g0", a, "n0", {"n0", "n1"}))
+    log.commit(encode_election("g0", a, "n1", {"n0", "n1"}))
+    full.catch_up(log.store)
+    restarted.catch_up(log.store)
+    assert restarted.encode() == full.encode() and full.groups["g0"].primary == "n0"
+
+
+def test_a_replica_whose_log_starts_after_its_record_acts_on_nothing_until_a_snapshot() -> None:
+    log, full = _Log(), _replica()
+    for _ in range(200):
+        log.commit(encode_command(SYNC, "g0", 0, 0, "n0", set()))
+    assert log.store.expire(log.store.end_index - 1, 1e9) > 0  # (as a log expired before snapshots existed)
+    late = _replica()
+    a = full.groups["g0"]
+    log.commit(encode_election("g0", a, "n1", {"n1"}))
+    late.catch_up(log.store)
+    assert not late.whole and late.groups["g0"] == a  # the command met no record: not applied
+    stale = late.snapshot()
+    log.commit(encode_command(SYNC, "g0", 0, 0, "n0", set()))
+    log.commit(stale)  # not right after the entries it sums up: ignored by every replica alike
+    late.catch_up(log.store)
+    assert not late.whole
+    full = _replica()  # a replica of the whole log, in a second store that kept it: the leader
+    full.groups["g0"] = replace(a, epoch=2, primary="n1", isr=frozenset(), version=1, previous="n0",
+                                isr_seen=False, taken=False, holder="n0")
+    full.untouched.clear()
+    full.applied = log.store.end_index
+    log.commit(full.snapshot())
+    late.catch_up(log.store)
+    assert late.whole and late.encode() == full.encode() and late.snapshot_index == log.store.end_index
+
+
+def test_a_snapshot_of_the_wrong_shape_changes_nothing() -> None:
+    s = _replica()
+    for fields in ([SNAPSHOT, 5], [SNAPSHOT, "0", []], [SNAPSHOT, -1, [["g0", 2]]], [SNAPSHOT, -1, [5]],
+                   [SNAPSHOT, -1, [["g0", 2, "n1", [], 1, "", True, "", True, "", "yes"]]]):
+        assert s.apply(PREFIX + msgpack.packb(fields), 0) is None
+    assert s.groups["g0"] == Assignment(1, "n0", frozenset({"n1", "n2"})) and s.snapshot_index == -1
 
 
 def test_a_hand_off_request_needs_the_epoch_and_primary_and_an_election_ends_it() -> None:

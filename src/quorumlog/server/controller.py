@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -45,6 +44,7 @@ import msgpack
 from ..errors import QuorumLogError, ResponseCode
 from ..ha.epochs import hand_back_to
 from ..ha.node import HaNode
+from ..ha.record import ELECT, HAND_OFF, ISR, SYNC, TAKE, Assignment, ControllerState, encode_command, encode_election
 from ..net.connection import Connection
 from ..net.frames import Frame
 from ..raft.messages import Role
@@ -56,99 +56,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("quorumlog.controller")
 
-PREFIX = b"QLCTL1"
-ELECT = "elect"
-ISR = "isr"
-HAND_OFF = "handoff"
-TAKE = "take"
-SYNC = "sync"  # no command: an entry that brings a restarted replica's commit up to date (_vouched)
-TAKES = 1  # an election's flag: its primary records its takeover (the module docstring)
 RETRY_MS = 500
 PROMOTE_WAIT_S = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class Assignment:
-    epoch: int
-    primary: str
-    isr: frozenset[str]
-    version: int = 0  # commands applied to this group's record
-    previous: str = ""  # the primary of the epoch before (the one the last election replaced)
-    isr_seen: bool = True  # some backup was recorded in sync in this epoch (so an ack may have needed it)
-    hand_off: str = ""  # the in-sync backup the primary (disk full, log damaged) asked to be elected in its place
-    taken: bool = True  # the primary recorded its takeover: before, it committed nothing in this epoch
-    holder: str = ""  # the primary of the last epoch taken ("": unknown), which holds every acknowledged entry
-
-
-def encode_command(kind: str, group: str, prev_epoch: int, epoch: int, primary: str, isr: set[str],
-                   version: int | None = None, flags: int | None = None) -> bytes:
-    fields = [kind, group, prev_epoch, epoch, primary, sorted(isr)]
-    if version is not None:
-        fields.append(version)
-        if flags is not None:
-            fields.append(flags)
-    return PREFIX + msgpack.packb(fields)
-
-
-def encode_election(group: str, a: Assignment, primary: str, isr: set[str]) -> bytes:
-    """An election of `primary` in the epoch after `a`'s, made from `a`'s version of the record; its primary
-    records its takeover."""
-    return encode_command(ELECT, group, a.epoch, a.epoch + 1, primary, isr, a.version, TAKES)
-
-
-class ControllerState:
-    """The record of one controller group: group -> Assignment, built by applying its commands."""
-
-    def __init__(self, defaults: dict[str, Assignment]) -> None:
-        self.groups = dict(defaults)
-        self.untouched = set(defaults)  # no command applied yet (the defaults stand)
-        self.trust_first = False  # the log's start expired: the first command seen per group stands
-
-    def apply(self, body: bytes) -> str | None:
-        """Apply one command; the group it changed, or None (not a command, or its condition failed)."""
-        if not body.startswith(PREFIX):
-            return None
-        try:
-            kind, group, prev, epoch, primary, isr, *more = msgpack.unpackb(body[len(PREFIX):])
-        except (ValueError, TypeError, msgpack.UnpackException):
-            return None
-        version = more[0] if more else None
-        flags = more[1] if len(more) == 2 else 0
-        # Anything with append rights on the controller group can write here: a body of the wrong shape is
-        # no command (raising would stop every node applying the record at this entry, for good).
-        if not (isinstance(kind, str) and isinstance(group, str) and isinstance(primary, str)
-                and type(prev) is int and type(epoch) is int and len(more) <= 2 and type(version) in (int, type(None))
-                and type(flags) is int and isinstance(isr, list) and all(isinstance(m, str) for m in isr)):
-            return None
-        cur = self.groups.get(group)
-        if cur is None or kind not in (ELECT, ISR, HAND_OFF, TAKE):
-            return None
-        if kind in (HAND_OFF, TAKE):  # from the epoch's primary
-            if cur.epoch != epoch or cur.primary != primary:
-                return None
-            # A hand-off request: the latest stands, the record is unchanged. A takeover changes the version:
-            # an election made from a view without it must not hand the epoch back (_vouched).
-            self.groups[group] = replace(cur, hand_off=isr[0] if isr else "") if kind == HAND_OFF else \
-                replace(cur, taken=True, holder=primary, version=cur.version + 1)
-            self.untouched.discard(group)
-            return group
-        blind = self.trust_first and group in self.untouched
-        elected = kind == ELECT and cur.epoch == prev and epoch == prev + 1 and version in (None, cur.version)
-        changed = kind == ISR and cur.version == prev and cur.epoch == epoch and cur.primary == primary
-        if not (blind or elected or changed):
-            return None
-        rest = frozenset(isr) - {primary}
-        if elected:
-            takes = bool(flags & TAKES)
-            a = Assignment(epoch, primary, rest, cur.version + 1, cur.primary, bool(rest), "", not takes,
-                           (cur.primary if cur.taken else cur.holder) if takes else primary)
-        elif changed:
-            a = replace(cur, isr=rest, version=cur.version + 1, isr_seen=cur.isr_seen or bool(rest))
-        else:  # blind: who led before, whether anyone was in sync, whether the epoch was taken: all unknown
-            a = Assignment(epoch, primary, rest, cur.version + 1)
-        self.groups[group] = a
-        self.untouched.discard(group)
-        return group
+# The controller group's leader writes a snapshot of the record after this many entries (ha/record.py):
+# expiry keeps the last one, so this bounds what a replica replays, and what its log must keep.
+SNAPSHOT_EVERY = 64
 
 
 class Controller:
@@ -157,7 +69,6 @@ class Controller:
     def __init__(self, node: NodeServer) -> None:
         self.node = node
         self.states: dict[str, ControllerState] = {}
-        self.applied: dict[str, int] = {}
         self.managed: dict[str, str] = {}  # primary/backup group -> its controller group
         self._busy: dict[tuple[str, str], int] = {}  # (group, kind) -> when a proposal may go again
         self._leader_since: dict[str, int] = {}
@@ -168,40 +79,29 @@ class Controller:
             if c is None:
                 continue
             self.managed[g.name] = c
-            state = self.states.setdefault(c, ControllerState({}))
             assert g.ha.primary is not None
-            default = Assignment(1, g.ha.primary, frozenset(g.peers) - {g.ha.primary})
-            state.groups[g.name] = default
-            state.untouched.add(g.name)
-            self.applied[c] = -1
+            state = self.states.setdefault(c, ControllerState({}))
+            state.add_default(g.name, Assignment(1, g.ha.primary, frozenset(g.peers) - {g.ha.primary}))
 
     # -- applying the record -----------------------------------------------------------------------
-    def _catch_up(self, ctl: str) -> set[str]:
-        store = self.node.groups[ctl].store
-        state = self.states[ctl]
-        changed: set[str] = set()
-        start = self.applied[ctl] + 1
-        if start < store.begin_index:
-            state.trust_first = True
-            start = store.begin_index
-        committed = store.committed_index
-        while start <= committed:
-            entries = store.read(start, 1024, 1 << 20, include_control=True)
-            if not entries:
-                break
-            for e in entries:
-                if e.index > committed:
-                    break
-                if not e.is_control:
-                    g = state.apply(e.body)
-                    if g is not None:
-                        changed.add(g)
-                start = e.index + 1
-        self.applied[ctl] = start - 1
-        return changed
+    def _catch_up(self, ctl: str) -> None:
+        cg, state = self.node.groups[ctl], self.states[ctl]
+        cg.expiry_cap = state.expiry_cap  # the last snapshot is never expired (ha/record.py)
+        whole = state.whole
+        state.catch_up(cg.store)
+        if state.whole != whole:
+            if state.whole:
+                log.info("controller %s: the record is whole again from the snapshot at %d", ctl,
+                         state.snapshot_index)
+            else:
+                log.warning("controller %s: the log here starts at %d, after the record applied: waiting for "
+                            "the next snapshot before acting on the record", ctl, cg.store.begin_index)
 
     def assignment(self, group: str) -> Assignment:
         return self.states[self.managed[group]].groups[group]
+
+    def _whole(self, group: str) -> bool:
+        return self.states[self.managed[group]].whole
 
     def tick(self) -> None:
         now = now_ms()
@@ -211,7 +111,7 @@ class Controller:
             self._catch_up(ctl)
         for name in self.managed:
             g = self.node.groups.get(name)
-            if g is not None and isinstance(g.node, HaNode):
+            if g is not None and isinstance(g.node, HaNode) and self._whole(name):
                 self._follow_record(g, g.node, self.assignment(name), now)
         for ctl in self.states:
             self._watch(ctl, now)
@@ -327,6 +227,10 @@ class Controller:
             self._leader_since.pop(ctl, None)
             return
         since = self._leader_since.setdefault(ctl, now)
+        state = self.states[ctl]
+        if not state.whole:
+            return  # a leader whose log starts after its record: it waits for a snapshot like any replica
+        self._snapshot(cg, state)
         me = self.node.node_id
         elector = cg.node.elector
         for name, c in self.managed.items():
@@ -355,12 +259,24 @@ class Controller:
                     f"primary {a.primary} unheard for {timeout} ms"
                 log.warning("group %s: %s: electing %s (epoch %d)", name, why, new, a.epoch + 1)
 
+    def _snapshot(self, cg: Group, state: ControllerState) -> None:
+        """On the controller group's leader: append the whole record once SNAPSHOT_EVERY entries followed the
+        last snapshot (or none exists yet), right after the last entry applied. Only with nothing in flight
+        (the record then sums up the whole log) and once this term committed an entry (the record is whole)."""
+        due = SNAPSHOT_EVERY if state.snapshot_index >= 0 else 1
+        if (state.since_snapshot >= due and cg.store.end_index == state.applied
+                and self._record_current(cg)):
+            cg.propose_local(state.snapshot())
+
     # -- proposing -----------------------------------------------------------------------------------
     def _propose(self, group: str, kind: str, body: bytes, now: int) -> bool:
         key = (group, kind)
         if self._busy.get(key, 0) > now:
             return False
         self._busy[key] = now + RETRY_MS
+        cg = self.node.groups.get(self.managed[group])
+        if cg is not None and cg.propose_local(body):  # this node leads the controller group
+            return True
         task = asyncio.create_task(self._append(self.managed[group], body))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -384,6 +300,10 @@ class Controller:
     def promote(self, conn: Connection, f: Frame, g: Group, target: str, force: bool) -> None:
         """An operator's promotion of `target`, through the record: answered once it is applied here.
         A target outside the recorded in-sync set may lack acknowledged entries: refused unless forced."""
+        if not self._whole(g.name):
+            conn.respond_error(f, ResponseCode.TIMEOUT, f"group {g.name}: the controller record on "
+                               f"{self.node.node_id} waits for a snapshot (its log expired): try another node", None)
+            return
         a = self.assignment(g.name)
         if target == a.primary:
             conn.respond(f, msgpack.packb((int(ResponseCode.SUCCESS), target, a.epoch)))

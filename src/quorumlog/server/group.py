@@ -73,7 +73,7 @@ def now_ms() -> int:
 class _Append:
     """A client's APPEND or APPEND_BATCH waiting to be proposed or committed."""
 
-    conn: Connection
+    conn: Connection | None  # None: the node's own proposal (propose_local), answered to nobody
     frame_op: int
     request_id: int
     bodies: list[bytes]
@@ -157,6 +157,7 @@ class Group:
         self._last_leader: str | None = None
         self._was_recovering = self.node.recovering
         self._event_term = self.node.term  # the term of the last role change recorded (pre-votes keep it)
+        self.expiry_cap: Callable[[], int] | None = None  # the last index expiry may drop (controller.py)
         self.scrubber = Scrubber(self.store, scrub_interval_s, time.monotonic(), self._scrub_found)
 
     # -- driving the core --------------------------------------------------------------------------
@@ -429,6 +430,18 @@ class Group:
         self.appends.append(a)
         return True
 
+    def propose_local(self, body: bytes) -> bool:
+        """Append `body` here and now, on this group's leader, answered to nobody (the controller's commands
+        to its own group: its entry follows the log's last at once); False when not the leader."""
+        if self._closed or not self.accepting or self.node.role != Role.LEADER:
+            return False
+        a = _Append(None, 0, 0, [body], True, time.perf_counter())
+        try:
+            self.apply(self.node.propose_many([AppendRequest(a, a.bodies)], now_ms(), time.time_ns() // 1_000_000))
+        except Exception as e:
+            self.core_error("propose", e)
+        return True
+
     def transfer(self, conn: Connection, frame: Frame, target: str) -> None:
         self.events.record(TRANSFER, f"leadership transfer to {target} requested", self.name)
         rid = self._next_rid
@@ -500,6 +513,8 @@ class Group:
         cfg = self.cfg.store
         hours = cfg.member_timeout_hours if cfg.member_timeout_hours is not None else cfg.file_reserved_hours
         safe = self.node.expiry_safe_index(now_ms(), int(hours * 3_600_000))
+        if self.expiry_cap is not None:  # a controller group keeps its last snapshot (ha/record.py)
+            safe = min(safe, self.expiry_cap())
         return self.store.expire(safe, time.time())
 
     def on_corruption(self, error: CorruptEntryError) -> None:
@@ -556,7 +571,8 @@ class Group:
 
 
 def _respond(a: _Append, body: Body) -> None:
-    a.conn.respond(Frame(0, a.frame_op, a.request_id, memoryview(b"")), body)
+    if a.conn is not None:
+        a.conn.respond(Frame(0, a.frame_op, a.request_id, memoryview(b"")), body)
 
 
 def _code_name(code: int) -> str:

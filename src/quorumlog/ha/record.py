@@ -1,0 +1,221 @@
+"""The controller's record (RocketMQ 5's controller mode): for every primary/backup group a controller group
+controls, the epoch, its primary and its in-sync set (SyncStateSet), built by applying the controller
+group's committed log in order. Pure: no I/O, no clock (server/controller.py and the simulator drive it).
+
+Every command is conditional (an election names the epoch it replaces and the record version it was made
+from, an in-sync change the version, so a late duplicate of an old change cannot undo a newer one) and is
+applied by every replica in log order, so replicas that proposed concurrently, twice, or from a stale view
+cannot disagree: a command whose condition fails is a no-op. Commands are entry bodies of the controller
+group: PREFIX + msgpack [kind, group, prev, epoch, primary, in-sync set(, version(, flags))]. A hand-off
+request names the asking primary's epoch and the backup it asks for (or none, withdrawn) in place of the
+set. An election's flag TAKES says its primary records its takeover (a TAKE command) before it commits
+anything, so an epoch never taken acknowledged nothing, and the primary of the last epoch taken (`holder`)
+holds every acknowledged entry (an election without the flag, written before it existed, counts as taken).
+
+**Snapshots: the record never depends on how much of the log remains.** The controller group's log
+expires like any other. A replica whose log now starts after the point it applied (a restart after
+expiry, a log reset by its leader) cannot rebuild the record from commands alone: a conditional command
+would meet the defaults instead of the record it was made from, and the replica would diverge. So the
+controller group's leader appends SNAPSHOT entries: the whole record, every field and version, `as_of`
+the log end it was computed at. A snapshot counts only at index as_of + 1 (written right after the entries
+it sums up; one that lost a race with another entry is ignored by every replica alike). A replica that is
+`whole` (it applied every entry from the log's first) replaces its record with the snapshot, which equals
+it; one that is not whole applies nothing until it meets a snapshot, then is whole from there. Expiry keeps
+the last snapshot (`expiry_cap`): every replica's log holds one, or holds everything from index 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import msgpack
+
+from ..store.base import LogStore
+
+PREFIX = b"QLCTL1"
+ELECT = "elect"
+ISR = "isr"
+HAND_OFF = "handoff"
+TAKE = "take"
+SNAPSHOT = "snap"
+SYNC = "sync"  # no command: an entry that brings a restarted replica's commit up to date (controller.py)
+TAKES = 1  # an election's flag: its primary records its takeover (the module docstring)
+READ_BATCH = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    epoch: int
+    primary: str
+    isr: frozenset[str]
+    version: int = 0  # commands applied to this group's record
+    previous: str = ""  # the primary of the epoch before (the one the last election replaced)
+    isr_seen: bool = True  # some backup was recorded in sync in this epoch (so an ack may have needed it)
+    hand_off: str = ""  # the in-sync backup the primary (disk full, log damaged) asked to be elected in its place
+    taken: bool = True  # the primary recorded its takeover: before, it committed nothing in this epoch
+    holder: str = ""  # the primary of the last epoch taken ("": unknown), which holds every acknowledged entry
+
+
+def encode_command(kind: str, group: str, prev_epoch: int, epoch: int, primary: str, isr: set[str],
+                   version: int | None = None, flags: int | None = None) -> bytes:
+    fields = [kind, group, prev_epoch, epoch, primary, sorted(isr)]
+    if version is not None:
+        fields.append(version)
+        if flags is not None:
+            fields.append(flags)
+    return PREFIX + msgpack.packb(fields)
+
+
+def encode_election(group: str, a: Assignment, primary: str, isr: set[str]) -> bytes:
+    """An election of `primary` in the epoch after `a`'s, made from `a`'s version of the record; its primary
+    records its takeover."""
+    return encode_command(ELECT, group, a.epoch, a.epoch + 1, primary, isr, a.version, TAKES)
+
+
+def _row(group: str, a: Assignment, touched: bool) -> list[Any]:
+    return [group, a.epoch, a.primary, sorted(a.isr), a.version, a.previous, a.isr_seen, a.hand_off, a.taken,
+            a.holder, touched]
+
+
+def _assignment(row: list[Any]) -> tuple[str, Assignment, bool] | None:
+    """A snapshot's row back, or None when it has the wrong shape."""
+    if len(row) != 11:
+        return None
+    group, epoch, primary, isr, version, previous, isr_seen, hand_off, taken, holder, touched = row
+    if not (isinstance(group, str) and type(epoch) is int and isinstance(primary, str) and isinstance(isr, list)
+            and all(isinstance(m, str) for m in isr) and type(version) is int and isinstance(previous, str)
+            and type(isr_seen) is bool and isinstance(hand_off, str) and type(taken) is bool
+            and isinstance(holder, str) and type(touched) is bool):
+        return None
+    return group, Assignment(epoch, primary, frozenset(isr), version, previous, isr_seen, hand_off, taken,
+                             holder), touched
+
+
+class ControllerState:
+    """The record of one controller group: group -> Assignment, built by applying its commands."""
+
+    def __init__(self, defaults: dict[str, Assignment]) -> None:
+        self.groups = dict(defaults)
+        self.untouched = set(defaults)  # no command applied yet (the defaults stand)
+        self.applied = -1  # the last log index applied (or skipped)
+        self.whole = True  # every entry from the log's first was applied (else: waiting for a snapshot)
+        self.snapshot_index = -1  # the last snapshot applied
+        self.since_snapshot = 0  # entries applied after it (the leader writes another: controller.py)
+
+    def add_default(self, group: str, a: Assignment) -> None:
+        """A group this replica's config names, before any command: its defaults stand until one applies."""
+        if group not in self.groups:
+            self.groups[group] = a
+            self.untouched.add(group)
+
+    def encode(self) -> bytes:
+        """The whole record as one deterministic byte string (a snapshot's payload; replicas compare equal)."""
+        return msgpack.packb([_row(g, self.groups[g], g not in self.untouched) for g in sorted(self.groups)])
+
+    def snapshot(self) -> bytes:
+        """A SNAPSHOT command of the record as applied: valid only as the entry right after `applied`."""
+        return PREFIX + msgpack.packb([SNAPSHOT, self.applied, msgpack.unpackb(self.encode())])
+
+    def expiry_cap(self) -> int:
+        """The last index expiry may drop: everything before the last snapshot applied (none: nothing)."""
+        return self.snapshot_index - 1
+
+    def catch_up(self, store: LogStore) -> set[str]:
+        """Apply what `store` committed past `applied`; the groups whose record changed. A log that now
+        starts past `applied` (expired, or reset) leaves the record not whole until a snapshot."""
+        changed: set[str] = set()
+        start = self.applied + 1
+        if start < store.begin_index:
+            self.whole = False
+            start = store.begin_index
+        committed = store.committed_index
+        while start <= committed:
+            entries = store.read(start, READ_BATCH, 1 << 20, include_control=True)
+            if not entries:
+                break
+            for e in entries:
+                if e.index > committed:
+                    break
+                if not e.is_control:
+                    g = self.apply(e.body, e.index)
+                    if g is not None:
+                        changed.add(g)
+                start = e.index + 1
+        self.applied = start - 1
+        return changed
+
+    def apply(self, body: bytes, index: int = -1) -> str | None:
+        """Apply the entry at `index`; the group it changed ("*" for a snapshot), or None (not a command,
+        its condition failed, or the record is not whole yet)."""
+        if self.whole:
+            self.since_snapshot += 1
+        if not body.startswith(PREFIX):
+            return None
+        try:
+            kind, *fields = msgpack.unpackb(body[len(PREFIX):])
+        except (ValueError, TypeError, msgpack.UnpackException):
+            return None
+        if kind == SNAPSHOT:
+            return self._apply_snapshot(fields, index)
+        if not self.whole:
+            return None
+        # Anything with append rights on the controller group can write here: a body of the wrong shape is
+        # no command (raising would stop every node applying the record at this entry, for good).
+        if not 5 <= len(fields) <= 7:
+            return None
+        group, prev, epoch, primary, isr, *more = fields
+        version = more[0] if more else None
+        flags = more[1] if len(more) == 2 else 0
+        if not (isinstance(kind, str) and isinstance(group, str) and isinstance(primary, str)
+                and type(prev) is int and type(epoch) is int and type(version) in (int, type(None))
+                and type(flags) is int and isinstance(isr, list) and all(isinstance(m, str) for m in isr)):
+            return None
+        cur = self.groups.get(group)
+        if cur is None or kind not in (ELECT, ISR, HAND_OFF, TAKE):
+            return None
+        if kind in (HAND_OFF, TAKE):  # from the epoch's primary
+            if cur.epoch != epoch or cur.primary != primary:
+                return None
+            # A hand-off request: the latest stands, the record is unchanged. A takeover changes the version:
+            # an election made from a view without it must not hand the epoch back (controller.py, _vouched).
+            self.groups[group] = replace(cur, hand_off=isr[0] if isr else "") if kind == HAND_OFF else \
+                replace(cur, taken=True, holder=primary, version=cur.version + 1)
+            self.untouched.discard(group)
+            return group
+        elected = kind == ELECT and cur.epoch == prev and epoch == prev + 1 and version in (None, cur.version)
+        changed = kind == ISR and cur.version == prev and cur.epoch == epoch and cur.primary == primary
+        if not (elected or changed):
+            return None
+        rest = frozenset(isr) - {primary}
+        if elected:
+            takes = bool(flags & TAKES)
+            a = Assignment(epoch, primary, rest, cur.version + 1, cur.primary, bool(rest), "", not takes,
+                           (cur.primary if cur.taken else cur.holder) if takes else primary)
+        else:
+            a = replace(cur, isr=rest, version=cur.version + 1, isr_seen=cur.isr_seen or bool(rest))
+        self.groups[group] = a
+        self.untouched.discard(group)
+        return group
+
+    def _apply_snapshot(self, fields: list[Any], index: int) -> str | None:
+        if len(fields) != 2 or type(fields[0]) is not int or not isinstance(fields[1], list):
+            return None
+        as_of, rows = fields
+        if index != as_of + 1:  # not written right after what it sums up: every replica ignores it
+            return None
+        parsed = [_assignment(r) if isinstance(r, list) else None for r in rows]
+        if not all(parsed):
+            return None
+        for p in parsed:
+            assert p is not None
+            group, a, touched = p
+            self.groups[group] = a
+            if touched:
+                self.untouched.discard(group)
+            else:
+                self.untouched.add(group)
+        self.whole = True
+        self.snapshot_index = index
+        self.since_snapshot = 0
+        return "*"
