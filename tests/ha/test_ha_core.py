@@ -628,6 +628,26 @@ def test_joining_backup_leaves_the_commit_set_only_through_the_controller() -> N
     assert p.code(rid) == OK and pa.commit_set == {"b"}
 
 
+def test_with_a_controller_only_recorded_backups_count_towards_min_in_sync() -> None:
+    """Issue fault 2: b was elected with an empty recorded set, c joined, and b acknowledged an entry with
+    c's ack alone; b's disk was then lost before the change adding c was recorded, the controller saw an
+    epoch in which nobody was ever in sync and handed it back to the previous primary, whose log ended
+    before the entry: c was cut back and the acknowledged entry was gone. A joiner still acks before an
+    entry commits, but only a backup the controller recorded makes a SYNC append possible."""
+    p = Pump(controller="ctl", ha_ack_timeout_ms=200)
+    a = p.nodes["a"]
+    a.confirm(set())  # elected with nobody recorded in sync
+    p.run(50)
+    pa = a.primary
+    assert pa is not None and pa.isr_joining == {"b", "c"} and pa.wanted_isr() == {"b", "c"}
+    rid = p.append("a", [b"x"])
+    assert p.code(rid) == int(ResponseCode.SLAVE_NOT_AVAILABLE) and p.stores["a"].end_index == -1
+    a.confirm({"c"})  # the controller recorded c: now it counts
+    rid = p.append("a", [b"y"])
+    p.run(20)
+    assert p.code(rid) == OK and all(p.stores[i].durable_index == 0 for i in ("b", "c"))  # (b acked too)
+
+
 def test_backup_joins_the_in_sync_set_only_holding_the_log_the_primary_started_with() -> None:
     """Seed 8: a new primary's commit index can be behind what was acknowledged (a restart reloads it
     from a checkpoint), so "holds everything committed" let an empty backup join the in-sync set, and the

@@ -11,7 +11,8 @@ in-sync set (ISR) acked it, and a SYNC append is refused with SLAVE_NOT_AVAILABL
 fewer than `min_in_sync` backups are in the set. A backup joins the set once it holds everything
 committed, and leaves it when it stays more than `max_in_sync_lag` bytes behind, or silent, for
 `ha_ack_timeout_ms`; with a controller, leaving takes effect only once the controller recorded it, so a
-backup the controller may promote holds every acknowledged entry. ASYNC commits at the local flush.
+backup the controller may promote holds every acknowledged entry, and only backups it recorded count
+towards `min_in_sync` (a joiner still acks before commit). ASYNC commits at the local flush.
 
 A report is trusted only at a frame boundary this primary sent that backup (or, after a handshake, at the
 end of the agreed entry): an offset beyond what was sent, or inside an entry, is refused and counted,
@@ -105,6 +106,13 @@ class Primary:
     def commit_set(self) -> set[str]:
         return self.isr | self.isr_joining
 
+    @property
+    def counted(self) -> set[str]:
+        """The backups counted towards min_in_sync. With a controller, only those it recorded: a joiner it
+        has not recorded yet is unknown to it, and a primary that lost its store before the record names
+        the joiner would have its epoch handed back (epochs.hand_back_to) past what the joiner acked."""
+        return self.isr if self.recorded_by_controller else self.commit_set
+
     def wanted_isr(self) -> set[str] | None:
         """The set to record at the controller, when it differs from the recorded one."""
         want = {m for m in (self.isr | self.isr_joining) - self.isr_leaving if not self.backups[m].lost}
@@ -117,7 +125,7 @@ class Primary:
         self.isr_leaving &= self.isr
 
     def available(self) -> bool:
-        return not self.sync or len(self.commit_set - self.isr_leaving) >= self.cfg.min_in_sync
+        return not self.sync or len(self.counted - self.isr_leaving) >= self.cfg.min_in_sync
 
     # -- appends -----------------------------------------------------------------------------------
     def propose(self, requests: Sequence[AppendRequest], now: int, wall_ms: int, out: Ready) -> None:
@@ -210,7 +218,7 @@ class Primary:
         store = self.store
         commit = store.durable_index
         if self.sync:
-            if len(self.commit_set) < self.cfg.min_in_sync:
+            if len(self.counted) < self.cfg.min_in_sync:
                 commit = -1  # fewer copies than promised: nothing more commits until a backup is in sync
             for bid in self.commit_set:
                 acked = self.backups[bid].acked_index
