@@ -250,8 +250,17 @@ class NodeConfig:
                 ctl = by_name.get(c)
                 if ctl is None or ctl.ha.primary_backup:
                     raise ConfigError(f"group {g.name!r}: its controller {c!r} must be a Raft group this node hosts")
-                if not set(g.peers) <= set(ctl.peers):
-                    raise ConfigError(f"group {g.name!r}: every member must also be a member of its controller {c!r}")
+                if set(g.peers) != set(ctl.peers):
+                    # A node manages only the groups it hosts: while a controller leader outside the
+                    # group led, nobody would fail the group over.
+                    diff = []
+                    extra, missing = sorted(set(ctl.peers) - set(g.peers)), sorted(set(g.peers) - set(ctl.peers))
+                    if extra:
+                        diff.append(f"{', '.join(extra)} in {c!r} but not in {g.name!r}")
+                    if missing:
+                        diff.append(f"{', '.join(missing)} in {g.name!r} but not in {c!r}")
+                    raise ConfigError(f"group {g.name!r}: its controller {c!r} must have exactly the same members "
+                                      f"({'; '.join(diff)})")
 
 
 def _sub(cls: type, values: dict[str, Any], where: str) -> Any:

@@ -216,8 +216,8 @@ class BackupUnavailableError(RequestError):
 
 
 class PromoteError(RequestError):
-    """A promotion was refused: the target is behind another backup, the epoch is stale, or the target
-    cannot be reached."""
+    """A promotion was refused: the target is behind another member (a backup's log, or what a live
+    primary acknowledged), the epoch is stale, or the target cannot be reached."""
 
 
 class SequenceError(RequestError):

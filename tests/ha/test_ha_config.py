@@ -67,6 +67,19 @@ def test_a_lone_primary_needs_async_or_min_in_sync_0(tmp_path: Path) -> None:
 
 def test_a_controller_must_hold_every_member(tmp_path: Path) -> None:
     ctl = '[[group]]\nname = "ctl"\npeers = "n0=127.0.0.1:1,n1=127.0.0.1:2"\n'
-    with pytest.raises(ConfigError, match="every member must also be a member"):
+    with pytest.raises(ConfigError, match=r"controller 'ctl' must have exactly the same members \(n2 in 'g0' but not"):
         _load(tmp_path, ctl + '[[group]]\nname = "g0"\n' + PEERS +
               'replication = "primary-backup"\nprimary = "n0"\ncontroller = "ctl"\n')
+
+
+def test_a_controller_with_more_members_than_its_group_is_refused(tmp_path: Path) -> None:
+    """A controller group holding a member the primary/backup group lacks is refused: a node manages only
+    the groups it hosts, so while that member led the controller group nobody would fail the group over.
+    The error names both groups and the member; the same members (in any order) are accepted."""
+    ctl = '[[group]]\nname = "ctl"\npeers = "n0=127.0.0.1:1,n1=127.0.0.1:2,n2=127.0.0.1:3,n3=127.0.0.1:4"\n'
+    pb = 'replication = "primary-backup"\nprimary = "n0"\ncontroller = "ctl"\n'
+    with pytest.raises(ConfigError, match=r"group 'g0'.* controller 'ctl'.*n3.* not in 'g0'"):
+        _load(tmp_path, ctl + '[[group]]\nname = "g0"\n' + PEERS + pb)
+    same = '[[group]]\nname = "ctl"\npeers = "n2=127.0.0.1:3,n0=127.0.0.1:1,n1=127.0.0.1:2"\n'
+    cfg = _load(tmp_path, same + '[[group]]\nname = "g0"\n' + PEERS + pb)
+    assert cfg.groups[1].ha.failover  # type: ignore[attr-defined]

@@ -4,7 +4,8 @@ Every test runs a three-node group n0..n2 with `replication = "primary-backup"` 
 epoch 1, over 127.0.0.1 in temp dirs; every process is stopped by its pid through the cluster fixture,
 every wait is bounded by a deadline. Covered: a manual failover under load with SYNC acks (nothing
 acknowledged is lost or doubled) and with ASYNC acks (what is lost is measured, and the loss ASYNC
-allows is made certain once), a paused backup that catches up, a wiped backup that streams from 0, bogus
+allows is made certain once), a promotion refused for a backup behind the live primary unless forced,
+a paused backup that catches up, a wiped backup that streams from 0, bogus
 acks from a fake backup, SLAVE_NOT_AVAILABLE, and the old primary fenced by the new epoch; last, the store
 race a backup's log cut had with the worker thread's checkpoint.
 """
@@ -15,6 +16,8 @@ import asyncio
 import contextlib
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -25,7 +28,7 @@ import pytest
 
 from quorumlog.client import AsyncClient, Client
 from quorumlog.config import StoreConfig
-from quorumlog.errors import BackupUnavailableError, QuorumLogError, ResponseCode
+from quorumlog.errors import BackupUnavailableError, PromoteError, QuorumLogError, ResponseCode
 from quorumlog.ha.epochs import promotion_epoch
 from quorumlog.ha.messages import HaHandshake, HaReport
 from quorumlog.net.connection import Connection, connect
@@ -327,6 +330,61 @@ def test_async_acknowledges_what_no_backup_holds_and_a_promotion_loses_it(cluste
             assert bodies.count(b"told-next") == (next_outcome == "SUCCESS")
             print(f"ASYNC with no backup streaming: {len(lost)} acknowledged appends lost by the promotion; "
                   f"the told client's next append: {next_outcome}")
+
+    asyncio.run(main())
+
+
+def test_promote_refuses_a_backup_behind_the_live_primary_unless_forced(cluster_factory: Any) -> None:
+    """ASYNC: n0 acknowledges appends at its own flush. n1 and n2 count their disks full from the start
+    (disk_full_ratio far below their use), so they answer status but store nothing they are streamed: both
+    stay empty while n0, alive, acknowledged entries. Promoting n1 would cut those, so without --force
+    the client and the CLI refuse, naming n0 (not n2, which is no further than n1) and --force, and nothing
+    changes. (The client once compared backups only, skipping the live primary, and promoted n1.) With
+    --force n1 leads a new epoch, and n0 follows it with its acknowledged entries cut: the loss accepted.
+    Then n0 is promoted back without --force while n1 is live: it lacks nothing n1 acknowledged."""
+    cluster: LocalCluster = cluster_factory(replication="primary-backup", ha={"ack": "async", **HA_FAST},
+                                            start=False)
+    for n in cluster.nodes[1:]:
+        disk_full_past(n, 0.0001)
+    cluster.start()
+
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints, retry_timeout=20) as c:
+            async def confirmed() -> bool:
+                st = await group_status(c, cluster, "n0")
+                return st is not None and st["role"] == "leader" and st["confirmed"]
+
+            await await_until(confirmed, 20, "n0 the confirmed primary", 0.05)
+            await _append_many(c, "acked", 5, batch=5)
+            docs = {n: await group_status(c, cluster, n) for n in MEMBERS}
+            assert all(d is not None for d in docs.values()), docs
+            assert [d["end_index"] for d in docs.values() if d is not None] == [4, -1, -1], docs
+
+            with pytest.raises(PromoteError) as refused:
+                await c.promote("n1")
+            message = str(refused.value)
+            assert "n0" in message and "primary" in message and "--force" in message, message
+            assert "n2" not in message, message
+            cli = await asyncio.to_thread(
+                subprocess.run, [sys.executable, "-m", "quorumlog", "promote", "--endpoints", cluster.endpoints,
+                                 "--group", "g0", "--to", "n1"], capture_output=True, text=True, timeout=30)
+            assert cli.returncode == 2 and not cli.stdout, (cli.stdout, cli.stderr)
+            assert len(cli.stderr.splitlines()) == 1 and "n0" in cli.stderr and "--force" in cli.stderr, cli.stderr
+            for n, role in (("n0", "leader"), ("n1", "follower")):
+                st = await group_status(c, cluster, n)
+                assert st is not None and (st["role"], st["epoch"]) == (role, 1), st
+
+            assert await c.promote("n1", force=True) == ("n1", N1_EPOCH)
+
+            async def n0_follows() -> dict[str, Any] | None:
+                st = await group_status(c, cluster, "n0")
+                ok = st is not None and (st["role"], st["epoch"], st["primary"], st["end_index"]) == (
+                    "follower", N1_EPOCH, "n1", -1)
+                return st if ok else None
+
+            await await_until(n0_follows, 10, "n0 following n1, its acknowledged entries cut", 0.05)
+            # A live primary alone is no reason to refuse: n1 acknowledged nothing n0 lacks.
+            assert await c.promote("n0") == ("n0", promotion_epoch(N1_EPOCH, MEMBERS, "n0"))
 
     asyncio.run(main())
 

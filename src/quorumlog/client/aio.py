@@ -488,6 +488,13 @@ class AsyncClient:
             raise error_for(e.code, e.reason, e.leader) from None
         return dict(r.status)
 
+    async def _group_doc(self, addr: str) -> dict[str, Any] | None:
+        """This group's status document from the node at `addr`, None if it does not answer or host it."""
+        try:
+            return dict((await self.node_status(addr))["groups"][self.group])
+        except (QuorumLogError, OSError, KeyError, TypeError):
+            return None
+
     async def transfer_leader(self, target: str) -> str | None:
         """Hand leadership to node `target`; returns the new leader once it took over."""
         body = LEADERSHIP_TRANSFER_REQUEST.encode(self.group, target)
@@ -509,18 +516,22 @@ class AsyncClient:
     async def promote(self, target: str, *, force: bool = False) -> tuple[str, int]:
         """Make backup `target` the primary of this primary/backup group; returns (primary, epoch).
 
-        Asks every endpoint for its status first. Without --force it refuses a target behind another
-        reachable backup (by last epoch, then last index): the most up-to-date backup holds every entry
-        a SYNC producer was told of, as long as one in-sync backup is reachable. The new epoch is above
-        the highest any reachable member has seen, and unique to the target (ha/epochs.py); a group with
-        a controller picks its own."""
+        Asks every endpoint for its status first (the target again last, so that it is read after the
+        others). Without --force it refuses a target behind another reachable member, naming it: behind a
+        backup's log (by last epoch, then last index), or behind what a live primary acknowledged (its
+        committed entries; all it holds if it is unconfirmed, as after a restart). Under ASYNC, or SYNC
+        with min_in_sync = 0, the primary acknowledges entries no backup holds, and promoting a backup that
+        lacks them cuts them from the group. The most up-to-date backup holds every entry a SYNC producer
+        was told of, as long as one in-sync backup is reachable. The new epoch is above the highest any
+        reachable member has seen, and unique to the target (ha/epochs.py); a group with a controller
+        picks its own."""
         docs: dict[str, dict[str, Any]] = {}
-        for addr in self.endpoints:
-            try:
-                doc = (await self.node_status(addr))["groups"][self.group]
-            except (QuorumLogError, OSError, KeyError):
-                continue
-            docs[doc["node"]] = doc
+        where: dict[str, str] = {}
+        for addr, doc in zip(self.endpoints, await asyncio.gather(*(self._group_doc(a) for a in self.endpoints)),
+                             strict=True):
+            if doc is not None:
+                docs[doc["node"]] = doc
+                where[doc["node"]] = addr
         if not docs:
             raise PromoteError(f"group {self.group}: no endpoint answered", ResponseCode.NETWORK_ERROR)
         mine = docs.get(target)
@@ -532,15 +543,21 @@ class AsyncClient:
                                ResponseCode.UNSUPPORTED)
         epoch = promotion_epoch(max(int(d.get("epoch", 0)) for d in docs.values()), list(mine["peers"]), target)
 
-        def key(d: dict[str, Any]) -> tuple[int, int]:
-            return int(d.get("last_epoch", 0)), int(d["end_index"])
-
         if not force:
-            ahead = [n for n, d in docs.items() if n != target and d.get("role") != "leader" and key(d) > key(mine)]
+            # Read after the others: a SYNC primary's commit that another status showed is then held by an
+            # in-sync target, however fast the group writes. Unanswered, the earlier (shorter) view stands.
+            again = await self._group_doc(where[target])
+            if again is not None and again.get("node") == target:
+                mine = again
+            held = _log_key(mine, acknowledged=False)
+            ahead = {n: d for n, d in docs.items() if n != target and _log_key(d, acknowledged=True) > held}
             if ahead:
-                raise PromoteError(f"group {self.group}: {target} is behind backup(s) {', '.join(ahead)}; promote "
-                                   "the most up-to-date one, or pass --force to accept losing what it lacks",
-                                   ResponseCode.EXPIRED_TERM)
+                them = "; ".join(_describe_ahead(n, d) for n, d in sorted(ahead.items()))
+                raise PromoteError(
+                    f"group {self.group}: {target} is behind {them}, while {target}'s {_position(*held)}; "
+                    f"promoting it would lose what it lacks. Let it catch up and retry, or promote the most "
+                    f"up-to-date member; pass --force to promote {target} anyway and accept that loss",
+                    ResponseCode.EXPIRED_TERM)
         addr = mine["peers"][target]
         try:
             body = PROMOTE_REQUEST.encode(self.group, target, epoch, force)
@@ -549,6 +566,32 @@ class AsyncClient:
             raise error_for(e.code, e.reason, e.leader) from None
         self._leader_addr = None
         return r.primary or target, int(r.epoch)
+
+
+def _is_live_primary(d: dict[str, Any]) -> bool:
+    return d.get("role") == "leader" and bool(d.get("confirmed"))
+
+
+def _log_key(d: dict[str, Any], *, acknowledged: bool) -> tuple[int, int]:
+    """(last epoch, last index) of a member's log, to compare for a promotion. With `acknowledged`, a live
+    primary counts up to its committed index: nothing past it was acknowledged, and its producers wait
+    there, so a switchover under load is not refused for entries in flight."""
+    last = int(d.get("end_index", -1))
+    if acknowledged and _is_live_primary(d):
+        last = min(last, int(d.get("committed_index", last)))
+    return int(d.get("last_epoch", 0)), last
+
+
+def _position(last_epoch: int, last: int) -> str:
+    return "log is empty" if last < 0 else f"log ends at index {last} (last epoch {last_epoch})"
+
+
+def _describe_ahead(node: str, d: dict[str, Any]) -> str:
+    last_epoch, last = _log_key(d, acknowledged=True)
+    if _is_live_primary(d):
+        return f"{node}, the live primary (it acknowledged entries up to index {last}, last epoch {last_epoch})"
+    what = "the unconfirmed primary" if d.get("role") == "leader" else "backup"
+    return f"{what} {node} (its {_position(last_epoch, last)})"
 
 
 def _decode(buf: bytes, max_body: int) -> list[Entry]:

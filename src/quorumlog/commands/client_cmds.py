@@ -105,10 +105,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("promote", help="make a backup the primary of a primary/backup group",
                        description="RocketMQ's manual switch: a new epoch begins with --to as its primary. The old "
                                    "primary, if it returns, is fenced and cut back to where the new one agrees. "
-                                   "Refuses a target behind another reachable backup unless --force.")
+                                   "Refuses a target behind another reachable member (a backup's log, or what "
+                                   "a live primary acknowledged) unless --force, naming the member ahead.")
     add_connection_args(p)
     p.add_argument("--to", required=True, help="the backup's node id")
-    p.add_argument("--force", action="store_true", help="promote even a backup behind others (may lose entries)")
+    p.add_argument("--force", action="store_true",
+                   help="promote even a backup behind the primary or another backup (loses what it lacks)")
     p.set_defaults(func=_promote)
 
 
