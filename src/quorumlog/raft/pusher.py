@@ -1,10 +1,11 @@
 """Leader side of replication: one EntryDispatcher per follower, the QuorumAckChecker, pending appends.
 
-Dispatcher states (DLedger's EntryDispatcher): COMPARE finds the last index where the follower's log
-matches the leader's (the follower answers with its end index, or on a term conflict with the first index
-of its conflicting term, so one round trip skips a whole term); TRUNCATE cuts the follower's divergent
-tail; APPEND pushes batches of encoded entries, bounded by bytes and count, up to `max_inflight_pushes` in
-flight, resent from the watermark after `max_push_timeout_ms`; an idle follower gets COMMIT at the next tick.
+Dispatcher states (DLedger's EntryDispatcher), kept in each follower's Progress (progress.py): COMPARE finds
+the last index where the follower's log matches the leader's (the follower answers with its end index, or on
+a term conflict with the first index of its conflicting term, so one round trip skips a whole term);
+TRUNCATE cuts the follower's divergent tail; APPEND pushes batches of encoded entries, bounded by bytes and
+count, up to `max_inflight_pushes` in flight, resent from the watermark after `max_push_timeout_ms`; RESET
+restarts the log of a follower that needs entries we expired. An idle follower gets COMMIT at the next tick.
 
 The QuorumAckChecker keeps a watermark per peer for the current term (the highest index it acknowledged
 as durable and matching; the leader's own is its store's durable index) and commits the largest index a
@@ -23,12 +24,9 @@ from .appends import AppendRequest, Appends
 from .member import MemberState
 from .messages import RESET_DATA, PushKind, PushRequest, PushResponse
 from .producers import ProducerTable
+from .progress import Progress
 from .quorum import next_compare_index, quorum_index
 from .ready import Ready
-
-COMPARE = "COMPARE"
-TRUNCATE = "TRUNCATE"
-APPEND_STATE = "APPEND"
 
 SUCCESS = int(ResponseCode.SUCCESS)
 DISK_FULL = int(ResponseCode.DISK_FULL)
@@ -37,42 +35,24 @@ _COMMIT = PushKind.COMMIT
 _COMPARE = PushKind.COMPARE
 _TRUNCATE = PushKind.TRUNCATE
 _RESET = PushKind.RESET
-RESET_STATE = "RESET"
 # Hands leadership to a member with space (Elector.hand_off_for_space): given how to pick it, the target.
 HandOff = Callable[[Callable[[Callable[[str], bool]], str | None], int, Ready], str | None]
 
 
 class Dispatcher:
-    """Replication state towards one follower, for one leader term."""
+    """Replication towards one follower, for one leader term: its log's progress, and what we know of
+    its disk and of the commit index it was sent."""
 
-    __slots__ = ("peer", "state", "match", "next_index", "compare_index", "truncate_index", "inflight",
-                 "control_sent_ms", "commit_sent", "mismatch_at", "disk_full", "stored")
+    __slots__ = ("peer", "progress", "commit_sent", "disk_full", "stored")
 
     def __init__(self, peer: str, compare_index: int) -> None:
         self.peer = peer
-        self.state = COMPARE
-        self.match = -1  # watermark: highest index the follower durably holds, matching ours
-        self.next_index = 0
-        self.compare_index = compare_index
-        self.truncate_index = -1
-        # first index -> (last index, sent at); insertion order is send order, so the first is the oldest.
-        self.inflight: dict[int, tuple[int, int]] = {}
-        self.control_sent_ms: int | None = None
+        self.progress = Progress(compare_index)
         self.commit_sent = -1
-        # Lowest index found divergent in this compare round: the follower's entries from there on
-        # differ from ours, and so do those between it and the next index the round compares.
-        self.mismatch_at: int | None = None
         # The follower refused the last push with DISK_FULL (until it acknowledges an append again).
         self.disk_full = False
         # The follower acknowledged an append of this term and refused none since: its disk had space.
         self.stored = False
-
-    def to_compare(self, index: int) -> None:
-        self.state = COMPARE
-        self.compare_index = index
-        self.inflight.clear()
-        self.control_sent_ms = None
-        self.mismatch_at = None
 
 
 class Leader:
@@ -113,7 +93,7 @@ class Leader:
         this term and refused none since, still heard from, the most caught up; None when no follower has
         shown it has space (then nothing moves: two full nodes never hand leadership back and forth)."""
         able = [d for d in self.peers if d.stored and not d.disk_full and heard_within(d.peer)]
-        return max(able, key=lambda d: d.match).peer if able else None
+        return max(able, key=lambda d: d.progress.match).peer if able else None
 
     @property
     def floor(self) -> int:
@@ -133,7 +113,7 @@ class Leader:
         store = self.store
         own = min(store.durable_index, store.end_index)
         marks = [own]
-        marks.extend(d.match for d in self.peers)
+        marks.extend(d.progress.match for d in self.peers)
         idx = quorum_index(marks, self.member.majority)
         if idx <= self.commit:
             return
@@ -157,13 +137,13 @@ class Leader:
         safe = self.store.committed_index
         for d in self.peers:
             if now - last_heard(d.peer, now) < member_timeout_ms:
-                safe = min(safe, d.match)
+                safe = min(safe, d.progress.match)
         return safe
 
     # -- EntryDispatcher -------------------------------------------------------------------------
     def peer_match(self, peer: str) -> int:
         d = self.dispatchers.get(peer)
-        return d.match if d is not None else -1
+        return d.progress.match if d is not None else -1
 
     def dispatch_all(self, now: int, out: Ready, tick: bool = False) -> None:
         for d in self.peers:
@@ -178,41 +158,41 @@ class Leader:
 
     def dispatch(self, d: Dispatcher, now: int, out: Ready, tick: bool = False) -> None:
         cfg = self.config
-        if d.state != APPEND_STATE:
-            if d.control_sent_ms is not None and now - d.control_sent_ms < cfg.max_push_timeout_ms:
+        pr = d.progress
+        if not pr.is_appending:
+            if not pr.control_due(now, cfg.max_push_timeout_ms):
                 return
-            if d.state == COMPARE:
-                kind, index = _COMPARE, d.compare_index
+            if pr.is_resetting:
+                self._send_reset(d, now, out)  # unanswered for a push timeout: again
+                return
+            if pr.is_comparing:
+                kind, index = _COMPARE, pr.compare_index
             else:
-                kind, index = _TRUNCATE, d.truncate_index
-            term = self._term(index) if d.state != RESET_STATE else None
-            d.control_sent_ms = now
+                kind, index = _TRUNCATE, pr.truncate_index
+            term = self._term(index)
             if term is None:
                 # The follower needs entries older than our log's beginning: its log restarts at ours.
-                self._send_reset(d, out)
+                self._send_reset(d, now, out)
                 return
+            pr.wait_control(now)
             out.messages.append(PushRequest(self.group, self.node_id, d.peer, self.term, kind, index, term,
                                             self.commit))
             return
-        inflight = d.inflight
-        if inflight:
-            oldest_sent = inflight[next(iter(inflight))][1]
-            if now - oldest_sent >= cfg.max_push_timeout_ms:
-                # A push or its ack was lost: start again from what the follower is known to hold.
-                self.stats["push_resend_from_watermark"] += 1
-                inflight.clear()
-                d.next_index = d.match + 1
+        if pr.push_timed_out(now, cfg.max_push_timeout_ms):
+            self.stats["push_resend_from_watermark"] += 1
+            pr.rewind()
+        inflight = pr.inflight
         store = self.store
         end = store.end_index
         limit = cfg.max_inflight_pushes
         commit = self.commit
-        while len(inflight) < limit and d.next_index <= end:
-            first = d.next_index
+        while len(inflight) < limit and pr.next_index <= end:
+            first = pr.next_index
             prev_term = self._term(first - 1)
             if prev_term is None:
                 # The follower needs entries we expired: compare below our floor, which resets it now.
                 self.stats["index_less_than_local_begin"] += 1
-                d.to_compare(first - 1)
+                pr.become_compare(first - 1)
                 self.dispatch(d, now, out)
                 return
             data, count = store.read_raw(first, cfg.push_batch_entries, cfg.push_batch_bytes)
@@ -228,8 +208,7 @@ class Leader:
                 last = first + count - 1
             out.messages.append(PushRequest(self.group, self.node_id, d.peer, self.term, _APPEND, first,
                                             prev_term, commit, count, store.term_at(last), data))
-            inflight[first] = (last, now)
-            d.next_index = last + 1
+            pr.sent_push(last, now)
             if last >= commit:
                 d.commit_sent = commit
         if tick and not inflight and commit > d.commit_sent:
@@ -239,10 +218,9 @@ class Leader:
                                             0, commit))
             d.commit_sent = commit
 
-    def _send_reset(self, d: Dispatcher, out: Ready) -> None:
+    def _send_reset(self, d: Dispatcher, now: int, out: Ready) -> None:
         store = self.store
-        d.state = RESET_STATE
-        d.inflight.clear()
+        d.progress.become_reset(now)
         self.stats["follower_resets_sent"] += 1
         begin = store.begin_index
         out.messages.append(PushRequest(self.group, self.node_id, d.peer, self.term, _RESET, begin,
@@ -259,11 +237,12 @@ class Leader:
         directory, a corrupt entry cut away): stop counting them at once, on every response, and find the
         match point again. An answer merely overtaken by later acks looks the same; it costs one compare
         round, never safety (the commit index never goes back)."""
-        if end_index >= d.match:
+        pr = d.progress
+        if end_index >= pr.match:
             return False
         self.stats["follower_lost_entries"] += 1
-        d.match = end_index
-        d.to_compare(max(-1, min(end_index, self.store.end_index)))
+        pr.lower_match(end_index)
+        pr.become_compare(max(-1, min(end_index, self.store.end_index)))
         self.dispatch(d, now, out)
         return True
 
@@ -271,21 +250,20 @@ class Leader:
         d = self.dispatchers.get(resp.sender)
         if d is None:
             return
+        pr = d.progress
         kind = resp.kind
         code = resp.code
         if kind == _RESET:
-            if d.state == RESET_STATE and resp.index == self.store.begin_index:
-                d.control_sent_ms = None
+            if pr.is_resetting and resp.index == self.store.begin_index:
+                pr.control_answered()
                 if code == SUCCESS:
-                    d.match = resp.acked
+                    pr.on_reset_acked(resp.acked)
                     if resp.end_index == resp.acked:
                         # The follower's log now ends at our begin - 1 and matches there: append.
-                        d.state = APPEND_STATE
-                        d.next_index = resp.acked + 1
-                        d.inflight.clear()
+                        pr.become_append(resp.acked + 1)
                     else:
                         # It already held our entry there and more: compare at its end, as after a repair.
-                        d.to_compare(max(self.floor, min(resp.end_index, self.store.end_index)))
+                        pr.become_compare(max(self.floor, min(resp.end_index, self.store.end_index)))
                     self.dispatch(d, now, out)
             return
         if self._check_shorter(d, resp.end_index, now, out):
@@ -294,20 +272,9 @@ class Leader:
             if code == SUCCESS:
                 d.disk_full = False
                 d.stored = True
-                inflight = d.inflight
-                sent = inflight.get(resp.index)
-                if sent is not None and sent[0] <= resp.acked:  # (not an older, shorter push from there)
-                    del inflight[resp.index]
-                if resp.acked > d.match:
-                    d.match = resp.acked
-                    # Pushes wholly below the watermark are done even if their own ack was lost.
-                    while inflight:
-                        first = next(iter(inflight))
-                        if inflight[first][0] > d.match:
-                            break
-                        del inflight[first]
+                if pr.on_append_acked(resp.index, resp.acked):
                     self.advance_commit(out)
-                if d.state == APPEND_STATE:
+                if pr.is_appending:
                     self.dispatch(d, now, out)
             elif code == int(ResponseCode.REPEATED_PUSH) or code == int(ResponseCode.PUSH_REQUEST_IS_FULL):
                 return  # the original is queued, or the follower is busy: the push timeout covers both
@@ -318,71 +285,66 @@ class Leader:
                     self.stats["peer_disk_full"] += 1
                 d.disk_full = True
                 d.stored = False
-            elif d.state == APPEND_STATE and resp.index in d.inflight:
+            elif pr.is_appending and resp.index in pr.inflight:
                 # INCONSISTENT_STATE (fast-forward) or a failed write: find the match point again.
                 self.stats["push_fallback_to_compare"] += 1
-                d.to_compare(min(self.store.end_index, max(resp.end_index, d.match)))
+                pr.become_compare(min(self.store.end_index, max(resp.end_index, pr.match)))
                 self.dispatch(d, now, out)
         elif kind == _COMPARE:
-            if d.state != COMPARE or resp.index != d.compare_index:
+            if not pr.is_comparing or resp.index != pr.compare_index:
                 return
-            d.control_sent_ms = None
-            self._on_compare(d, resp, now)
+            pr.control_answered()
+            self._on_compare(pr, resp, now)
             # A compare may raise the watermark (after a repair, with no append to follow): commit now.
             self.advance_commit(out)
             self.dispatch(d, now, out)
         elif kind == _TRUNCATE:
-            if d.state != TRUNCATE or resp.index != d.truncate_index:
+            if not pr.is_truncating or resp.index != pr.truncate_index:
                 return
-            d.control_sent_ms = None
+            pr.control_answered()
             if code == SUCCESS:
-                if resp.acked < d.match:
+                if resp.acked < pr.match:
                     self.stats["bug_truncate_below_watermark"] += 1
-                d.match = max(d.match, resp.acked)
-                d.state = APPEND_STATE
-                d.next_index = d.truncate_index + 1
+                pr.on_match(resp.acked)
+                pr.become_append(pr.truncate_index + 1)
                 self.advance_commit(out)
             else:
-                d.to_compare(self.store.end_index)
+                pr.become_compare(self.store.end_index)
             self.dispatch(d, now, out)
 
-    def _on_compare(self, d: Dispatcher, resp: PushResponse, now: int) -> None:
+    def _on_compare(self, pr: Progress, resp: PushResponse, now: int) -> None:
         code = resp.code
-        ci = d.compare_index
+        ci = pr.compare_index
         if code == SUCCESS:
-            if resp.acked > d.match:
-                d.match = resp.acked
-            if resp.end_index > ci and (d.mismatch_at is not None or ci >= self.store.end_index):
+            pr.on_match(resp.acked)
+            if resp.end_index > ci and (pr.mismatch_at is not None or ci >= self.store.end_index):
                 # Everything the follower holds after ci is known not to be ours: cut it.
-                d.state = TRUNCATE
-                d.truncate_index = ci
+                pr.become_truncate()
             elif resp.end_index > ci:
                 # The follower grew since the round began (late pushes of ours were written): its
                 # entries after ci may well be ours, and some may be committed. Compare at its end.
-                d.compare_index = min(resp.end_index, self.store.end_index)
+                pr.compare_at(min(resp.end_index, self.store.end_index))
             else:
-                d.state = APPEND_STATE
-                d.next_index = ci + 1
-                d.inflight.clear()
+                pr.become_append(ci + 1)
             return
         if code == int(ResponseCode.INCONSISTENT_INDEX) and -1 <= resp.end_index < ci:
-            d.compare_index = resp.end_index  # the follower's log is shorter: compare at its end
+            pr.compare_at(resp.end_index)  # the follower's log is shorter: compare at its end
         elif code == int(ResponseCode.INCONSISTENT_TERM) and -1 <= resp.conflict_index <= ci:
-            d.mismatch_at = ci if d.mismatch_at is None else min(d.mismatch_at, ci)
+            pr.on_mismatch()  # noted before the search below reads our log (which may fail, corrupt)
             if ci <= self.floor:
-                d.compare_index = ci - 1  # it differs even at our first nameable entry: reset it
+                pr.compare_at(ci - 1)  # it differs even at our first nameable entry: reset it
             else:
-                d.compare_index = next_compare_index(self.store.term_at, self.floor, ci, resp.conflict_index,
-                                                     resp.conflict_term)
+                pr.compare_at(next_compare_index(self.store.term_at, self.floor, ci, resp.conflict_index,
+                                                 resp.conflict_term))
         elif code == int(ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN):
             # The follower expired entries we still compare: its log begins at resp.begin_index, and the
             # entry before it is committed, so ours. Compare there.
             self.stats["follower_index_less_than_begin"] += 1
             if ci < resp.begin_index - 1 <= self.store.end_index:
-                d.compare_index = resp.begin_index - 1
+                pr.compare_at(resp.begin_index - 1)
             else:
-                d.control_sent_ms = now  # retry after a push timeout, not at once
+                pr.wait_control(now)  # retry after a push timeout, not at once
         else:
             self.stats["compare_unexpected_code"] += 1
-            d.control_sent_ms = now
+            pr.wait_control(now)
         # A compare index below our floor makes the next dispatch reset the follower.
