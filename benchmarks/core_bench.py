@@ -116,6 +116,11 @@ class CountingStore:
     def set_recovering(self, recovering: bool) -> None:
         self.recovering = recovering
 
+    stable_unsaved = False  # (durable at once: nothing to persist later)
+
+    def persist_stable(self) -> None:
+        pass
+
     identity: str | None = None
 
     def set_identity(self, identity: str) -> None:

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from quorumlog.config import RaftConfig
 from quorumlog.errors import ResponseCode
+from quorumlog.raft.driver import Driver
 from quorumlog.raft.member import members_digest
 from quorumlog.raft.messages import (
     HeartbeatRequest,
@@ -48,6 +49,28 @@ def test_raft_vote_is_durable_before_it_is_answered() -> None:
     store.append([b"x"], 5)
     stale_log = node.step(VoteRequest("g0", "n2", "n1", 6, -1, 0), 0).messages[0]
     assert isinstance(stale_log, VoteResponse) and not stale_log.granted and store.load_vote() == (6, None)
+
+
+def test_the_driver_holds_every_message_until_the_vote_is_durable() -> None:
+    """A store that defers the term and vote (the server's): the vote response, and whatever the node sends
+    after it, leave only once persist_stable() returned; a crash before loses the vote and said nothing."""
+    store = MemoryStore(defer_stable=True)
+    store.set_identity(members_digest("g0", ["n0", "n1", "n2"]))
+    node = RaftNode("n1", "g0", ["n0", "n1", "n2"], store, SCRIPT_RAFT, random.Random(1))
+    sent: list[Message] = []
+    persists: list[int] = []
+    driver = Driver(node, sent.append, lambda c: None, start_persist=lambda: persists.append(1))
+    driver.apply(node.step(VoteRequest("g0", "n0", "n1", 5, -1, 0), 0), 0)
+    assert store.stable_unsaved and persists == [1] and sent == []
+    driver.apply(node.step(VoteRequest("g0", "n2", "n1", 5, -1, 0), 0), 0)  # (refused: held behind the vote)
+    assert sent == [] and persists == [1]
+    store.persist_stable()
+    driver.persisted()
+    assert [(type(m), m.target, m.granted) for m in sent] == [(VoteResponse, "n0", True), (VoteResponse, "n2", False)]
+    driver.apply(node.step(VoteRequest("g0", "n2", "n1", 6, -1, 0), 0), 0)  # a new term: held again
+    assert len(sent) == 2 and persists == [1, 1]
+    store.crash()
+    assert store.load_vote() == (5, "n0")
 
 
 def test_raft_new_leader_appends_a_noop_of_its_term() -> None:

@@ -12,6 +12,7 @@ import pytest
 from quorumlog.entry import MAGIC_NORMAL
 from quorumlog.errors import DiskFullError
 from quorumlog.raft import handler, pusher
+from quorumlog.raft.driver import Driver
 from quorumlog.raft.member import MemberState
 from quorumlog.raft.node import RaftNode
 from quorumlog.sim.checker import Checker, InvariantViolation
@@ -117,6 +118,24 @@ def test_sim_catches_acks_before_durability(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(handler.EntryHandler, "_ack", eager_ack)
     error = first_failure(run_seed, SHORT, range(300))
     assert error, "acknowledging unflushed entries must lose acknowledged appends in some crash"
+
+
+def plant_messages_before_the_vote_is_durable(monkeypatch: pytest.MonkeyPatch) -> None:
+    begin = Driver._begin_persist
+
+    def eager(self: Driver) -> None:  # the bug: messages leave while the term and vote are being written
+        begin(self)
+        self.held = None
+
+    monkeypatch.setattr(Driver, "_begin_persist", eager)
+
+
+def test_sim_catches_messages_sent_before_the_vote_is_durable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stores defer the term and vote (as the server's), written after a simulated disk latency that a
+    crash can cut short; the driver holds messages until then. Without the hold a node that voted, or spoke
+    in a new term, restarts without knowing it: the checker compares what it said with what it kept."""
+    plant_messages_before_the_vote_is_durable(monkeypatch)
+    assert "before its term was durable" in first_failure(run_seed, SimConfig(steps=1000), range(80))
 
 
 def test_sim_full_disks_refuse_appends_and_the_cluster_goes_on() -> None:

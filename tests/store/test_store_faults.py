@@ -221,7 +221,7 @@ def test_no_space_for_the_vote_keeps_the_old_one_and_the_store_goes_on(tmp_path:
     ones on disk: DiskFullError, the store still works, and the write succeeds once there is room. It
     failed the store, and a node whose disk filled stopped at its next election."""
     files = FaultyFiles()
-    s = NodeStore(tmp_path / "s", CFG, files=files)  # the server's: written in persist_stable()
+    s = NodeStore(tmp_path / "s", CFG, files=files, defer_stable=True)  # the server's: written in persist_stable()
     s.save_vote(2, "n0")
     s.persist_stable()
     s.save_vote(3, "n1")

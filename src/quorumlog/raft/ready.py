@@ -3,9 +3,11 @@
 The contract, persist → flush → send → complete:
 
 1. **Persist.** The core has already written to the store through its API (appends, truncations, the
-   vote); those calls are cheap (memory or page cache). `store.save_vote` is durable when it returns, so a
-   vote response may go out at once; or, as the server's NodeStore does, it only takes the vote, and the
-   driver holds every message sent after it until `persist_stable()` made it durable.
+   term and vote, the recovery flag); those calls are cheap (memory or page cache). The stable state
+   (term, vote, recovery flag: etcd's HardState) must be durable before any message leaves: while the
+   store reports `stable_unsaved` after a call, the driver holds every message, runs `persist_stable()`
+   (the server in its worker thread, the simulator after a disk latency during which a crash loses it)
+   and sends what it held once that returned. A store without `defer_stable` is durable at once.
 2. **Flush.** When `ready.must_flush` is set the driver calls `store.flush()` once for everything written
    so far (group commit: many Readies may share one flush), then `node.on_flushed(durable, now_ms)` and
    applies the Ready that returns the same way.

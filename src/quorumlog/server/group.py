@@ -116,7 +116,7 @@ class Group:
         self.cfg = cfg
         self.node_id = node_id
         self.events = events if events is not None else Events()
-        self.store = NodeStore(store_dir(data_dir, cfg.name, node_id), cfg.store, repair=True)
+        self.store = NodeStore(store_dir(data_dir, cfg.name, node_id), cfg.store, repair=True, defer_stable=True)
         for note in self.store.notes:
             log.warning("group %s: store recovery: %s", cfg.name, note)
             self.events.record(RECOVERY, f"store recovery at start: {note}", cfg.name)
@@ -138,12 +138,12 @@ class Group:
         # One thread per group: its flushes and checkpoints run one at a time, in order.
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"flush-{cfg.name}")
         self.inbox: list[PeerMessage] = []
-        self._held: list[PeerMessage] | None = None  # messages waiting for a term or vote to be durable
         self._stable_retrying = False  # the term and vote could not be written (logged once per stretch)
         self.appends: list[_Append] = []
         self._transfers: dict[int, tuple[Connection, Frame]] = {}
         self._next_rid = 1
-        self.driver = Driver(self.node, self._send_message, self._complete, self._role_changed, self._start_flush)
+        self.driver = Driver(self.node, self._send_message, self._complete, self._role_changed, self._start_flush,
+                             self._persist_stable)
         self._checkpointing = False
         self._flush_s = 0.0  # moving average of store.flush()'s duration, wherever it ran
         self._loop_turn = loop_turn if loop_turn is not None else LoopTurn()
@@ -243,22 +243,16 @@ class Group:
             self.core_error("propose", e)
 
     def apply(self, ready: Ready) -> None:
-        """Hand `ready` to the driver, then wake readers waiting for the commit index.
-
-        A term or vote the core just took is written in the worker thread, queued before any flush
-        this Ready starts (the thread runs them in order), and the messages the node sends until it is
-        durable are held: no vote, vote request or ack of a new term leaves before its term is on disk.
-        """
-        if self._held is None and self.store.stable_unsaved:
-            self._persist_stable()
+        """Hand `ready` to the driver, then wake readers waiting for the commit index."""
         self.driver.apply(ready, now_ms())
         self._note_commit()
 
     def _persist_stable(self) -> None:
+        """The driver's persist: a term, vote or recovery flag the core just took is written in the worker
+        thread, queued before any flush started after it (the thread runs them in order); the driver holds
+        the messages meanwhile."""
         if self._closed:
             return
-        if self._held is None:
-            self._held = []
         self._loop.run_in_executor(self._executor, self.store.persist_stable).add_done_callback(self._stable_saved)
 
     def _stable_saved(self, fut: asyncio.Future[None]) -> None:
@@ -278,12 +272,7 @@ class Group:
         if self._stable_retrying:
             self._stable_retrying = False
             log.warning("group %s: the term and vote are written", self.name)
-        if self.store.stable_unsaved:  # the term moved on meanwhile: write that too, still holding
-            self._persist_stable()
-            return
-        held, self._held = self._held or [], None
-        for m in held:
-            self._send_message(m)
+        self.driver.persisted()
         self._flush_output()
 
     def _note_commit(self) -> None:
@@ -294,11 +283,6 @@ class Group:
             self.commit_changed = asyncio.Event()
 
     def _send_message(self, m: PeerMessage) -> None:
-        if self._held is None and self.store.stable_unsaved:  # changed outside apply (on_flushed)
-            self._persist_stable()
-        if self._held is not None:
-            self._held.append(m)
-            return
         if type(m) is PushRequest and m.data:
             self.stats.push_bytes_out += len(m.data)
         elif type(m) is HaTransfer and len(m.frame) > FRAME_HEADER.size:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from ..store.checkpoint import StableState
 from ..store.file_store import FileStore
 from .events import RECOVERY, RESET
 
@@ -30,14 +29,6 @@ class NodeStore(FileStore):
         # Told (kind, text) of every cut once the store is open: the node's events (events.py).
         self.on_cut: Callable[[str, str], None] | None = None
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-
-    def _save_stable(self, state: StableState) -> None:
-        """Term and vote changes are taken at once and written by `persist_stable()` in the group's worker
-        thread: an fsync on the loop would stall every group. The group holds the messages the node
-        sends meanwhile until the write is done, so nothing that depends on a vote leaves before it is
-        durable (Group.apply)."""
-        self._check_writable()
-        self._stable.remember(state)
 
     def flush(self) -> int:
         with self.io_lock:

@@ -21,8 +21,10 @@ import bisect
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..entry import HEADER, HEADER_SIZE, META_SIZE, unpack_meta
+from ..raft.messages import VoteRequest, VoteResponse
 from ..raft.ready import Completion
 from ..store.base import LogStore
 
@@ -92,6 +94,10 @@ class Checker:
         self.damaged: set[str] = set()
         self.producer_seqs: dict[tuple[int, int], int] = {}  # (producer, seq) -> committed index
         self.refused: set[bytes] = set()  # bodies of appends answered "nothing was written"
+        # What each node told others: the highest term it spoke in, and whom it voted for in a term. A
+        # restarted node must remember both (its store made them durable before the message left).
+        self.said_term: dict[str, int] = {i: 0 for i in ids}
+        self.said_vote: dict[str, tuple[int, str]] = {}
 
     # -- events --------------------------------------------------------------------------------
     def on_leader(self, node: str, term: int) -> None:
@@ -127,6 +133,7 @@ class Checker:
         self.checkpointed[node] = max(self.checkpointed[node], min(store.committed_index, store.durable_index))
 
     def on_restart(self, node: str, store: LogStore) -> None:
+        self._check_stable(node, store)
         c = store.committed_index
         if c < self.checkpointed[node] and store.damage is None:
             raise InvariantViolation(f"{node} restarted with commit {c} below its checkpoint "
@@ -143,8 +150,34 @@ class Checker:
             self.damaged.add(node)
         self._check_commit(node, store, restarted=True)
 
+    def on_sent(self, m: Any) -> None:
+        """A message left `m.sender`: the term it speaks in (a pre-vote's term is not taken) and its vote."""
+        if isinstance(m, (VoteRequest, VoteResponse)) and m.pre_vote:
+            return
+        sender = m.sender
+        if m.term > self.said_term[sender]:
+            self.said_term[sender] = m.term
+        if isinstance(m, VoteResponse) and m.granted:
+            self.said_vote[sender] = (m.term, m.target)
+
+    first_term = 0  # the term a store that saved none starts in (primary/backup: epoch 1, implied)
+
+    def _check_stable(self, node: str, store: LogStore) -> None:
+        term, voted_for = store.load_vote()
+        term = max(term, self.first_term)
+        if term < self.said_term[node]:
+            raise InvariantViolation(f"{node} restarted in term {term}, but had spoken in term "
+                                     f"{self.said_term[node]}: it left before its term was durable")
+        vote = self.said_vote.get(node)
+        if vote is not None and vote[0] == term and voted_for != vote[1]:
+            raise InvariantViolation(f"{node} restarted voting for {voted_for} in term {term}, but had granted "
+                                     f"its vote to {vote[1]}: it left before its vote was durable")
+
     def on_wipe(self, node: str) -> None:
-        """The node's store was replaced by an empty one: it holds nothing until it recovers."""
+        """The node's store was replaced by an empty one: it holds nothing until it recovers (and forgot
+        what it said)."""
+        self.said_term[node] = 0
+        self.said_vote.pop(node, None)
         self.checkpointed[node] = -1
         self.last_commit[node] = -1
         self.damaged.add(node)

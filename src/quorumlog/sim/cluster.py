@@ -81,6 +81,7 @@ class Cluster:
         self.faults = set(cfg.faults)
         self.rng = random.Random(seed)
         self.rot_rng = random.Random(seed + (4 << 32))  # its own stream: the other faults' runs stay as they were
+        self.persist_rng = random.Random(seed + (6 << 32))  # the disk latency of term and vote writes
         self.ids = [f"n{i}" for i in range(cfg.nodes)]
         self.time = 0
         self.step_no = 0
@@ -115,13 +116,14 @@ class Cluster:
 
     def _open_store(self, node_id: str) -> LogStore:
         if self._tmp is None:
-            return FillableStore(self._store_config())
+            return FillableStore(self._store_config(), defer_stable=True)
         from ..store.file_store import FileStore  # only when asked for: the sim runs without it
 
-        return FileStore(os.path.join(self._tmp, node_id), self._store_config(), repair=True)
+        return FileStore(os.path.join(self._tmp, node_id), self._store_config(), repair=True, defer_stable=True)
 
     def _crash_store(self, sim: SimNode) -> None:
         store = sim.store
+        self.stats["crashes_losing_a_term_or_vote"] += store.stable_unsaved
         crash: Callable[[], None] | None = getattr(store, "crash", None)
         if crash is not None:
             crash()
@@ -148,7 +150,8 @@ class Cluster:
         sim.node = RaftNode(node_id, GROUP, self.ids, sim.store, self.cfg.raft,
                             random.Random(self.rng.getrandbits(64)))
         sim.driver = Driver(sim.node, self._send, lambda c: self._complete(node_id, c),
-                            lambda ch: self._changed(node_id, ch), lambda: self._start_flush(sim))
+                            lambda ch: self._changed(node_id, ch), lambda: self._start_flush(sim),
+                            lambda: self._start_persist(sim))
         sim.incarnation += 1
         sim.resets_seen = 0
         sim.crashed_until = None
@@ -160,7 +163,7 @@ class Cluster:
             return
         sim.node = None
         sim.driver = None
-        sim.flush_at = None
+        sim.flush_at = sim.persist_at = None
         sim.paused_until = None
         sim.backlog.clear()
         sim.crashed_until = until
@@ -242,7 +245,18 @@ class Cluster:
         else:
             sim.driver.flushed(sim.store.flush(), sim.now(self.time))
 
+    def _start_persist(self, sim: SimNode) -> None:
+        """The driver asks for the term and vote to be written: with disk faults it usually lands a few
+        steps later, the driver holding the node's messages meanwhile; a crash in between loses them."""
+        assert sim.driver is not None
+        if "disk" in self.faults and self.persist_rng.random() < 0.6:
+            sim.persist_at = self.time + self.persist_rng.randint(1, 3) * self.cfg.step_ms
+        else:
+            sim.store.persist_stable()
+            sim.driver.persisted()
+
     def _send(self, m: Message) -> None:
+        self.checker.on_sent(m)
         if self.net.send(m, self.time):
             self.trace.append((self.time, "send", m))
 
@@ -422,6 +436,11 @@ class Cluster:
             if sim.flush_at is not None and t >= sim.flush_at and sim.driver is not None and sim.paused_until is None:
                 sim.flush_at = None
                 sim.driver.flushed(sim.store.flush(), sim.now(t))
+            if (sim.persist_at is not None and t >= sim.persist_at and sim.driver is not None
+                    and sim.paused_until is None):
+                sim.persist_at = None
+                sim.store.persist_stable()
+                sim.driver.persisted()
 
     def _deliver(self) -> None:
         by_target: dict[str, list[Message]] = {}

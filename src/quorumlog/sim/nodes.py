@@ -27,6 +27,7 @@ class SimNode:
     crashed_until: int | None = None
     paused_until: int | None = None
     flush_at: int | None = None
+    persist_at: int | None = None  # when its term and vote (held by the driver meanwhile) become durable
     backlog: list[Message] = field(default_factory=list)
     next_checkpoint: int = 0
     resets_seen: int = 0  # log resets this incarnation's node has made its store do

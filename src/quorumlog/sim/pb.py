@@ -100,6 +100,7 @@ class Member:
     down_until: int | None = None
     paused_until: int | None = None
     flush_at: int | None = None
+    persist_at: int | None = None  # when its epoch and primary (held by the driver meanwhile) become durable
     backlog: list[Any] = field(default_factory=list)
     seen: int = 0  # the newest register version this incarnation heard
     cas: Ctl | None = None  # its in-sync change in flight, resent until a newer version is seen
@@ -118,6 +119,7 @@ class PbCluster:
         self.wipe_rng = random.Random(seed + (3 << 32))
         self.rot_rng = random.Random(seed + (4 << 32))
         self.tail_rng = random.Random(seed + (5 << 32))
+        self.persist_rng = random.Random(seed + (6 << 32))
         self.commit_history: deque[tuple[int, int]] = deque([(0, -1)])  # (time, committed index seen)
         self.ids = [f"n{i}" for i in range(cfg.nodes)]
         self.ha = replace(cfg.ha, primary=self.ids[0], controller=CTL if cfg.controller else None)
@@ -129,7 +131,7 @@ class PbCluster:
         self.reg = Ctl(CTL, "", 1, 1, self.ids[0], frozenset(self.ids[1:]))  # the register; its history:
         self.primaries, self.taken = {1: self.ids[0]}, {1}
         self.heard = {i: 0 for i in self.ids}  # when the controller last heard each member
-        self.members = {i: Member(i, FillableStore(PB_STORE)) for i in self.ids}
+        self.members = {i: Member(i, FillableStore(PB_STORE, defer_stable=True)) for i in self.ids}
         self.outstanding: dict[tuple[str, int, int], Proposal] = {}
         self.producers = [SimProducer(pid) for pid in (5, 1 << 40, (1 << 63) - 1)]
         self.next_rid = 1
@@ -144,14 +146,15 @@ class PbCluster:
         node = m.node = HaNode(i, GROUP, self.ids, m.store, self.ha, self.cfg.raft, self.time)
         m.driver = Driver(node, self._send, lambda c: self._complete(i, c),
                           lambda ch: self._trace(i, f"{ch.role.name} epoch {ch.term} primary {ch.leader_id}"),
-                          lambda: self._start_flush(m))
+                          lambda: self._start_flush(m), lambda: self._start_persist(m))
         m.incarnation, m.down_until, m.cas, m.seen, m.resets_seen = m.incarnation + 1, None, None, 0, 0
         if node.recovering and self.reg.version == 1:  # controller.py: its store bootstrapped a new cluster
             self._apply(m, node.recovered(self.time))
             self.checker.on_recovered(i)
 
     def crash(self, m: Member, until: int) -> None:
-        m.node = m.driver = m.flush_at = m.paused_until = None
+        m.node = m.driver = m.flush_at = m.persist_at = m.paused_until = None
+        self.stats["crashes_losing_an_epoch"] += m.store.stable_unsaved
         m.backlog, m.down_until, m.rot_pending = [], until, False  # (a real store's scrub finds it again)
         m.store.crash()
         self.outstanding = {k: p for k, p in self.outstanding.items() if k[0] != m.id}  # outcome unknown
@@ -191,7 +194,18 @@ class PbCluster:
         else:
             m.driver.flushed(m.store.flush(), self.time)
 
+    def _start_persist(self, m: Member) -> None:
+        """As the Raft simulator's: the epoch and primary usually land a few steps later, messages held."""
+        assert m.driver is not None
+        if "disk" in self.faults and self.persist_rng.random() < 0.6:
+            m.persist_at = self.time + self.persist_rng.randint(1, 3) * self.cfg.step_ms
+        else:
+            m.store.persist_stable()
+            m.driver.persisted()
+
     def _send(self, msg: Any) -> None:
+        if not isinstance(msg, Ctl):
+            self.checker.on_sent(msg)
         if self.net.send(msg, self.time):
             self.trace.append((self.time, "send", msg))
 
@@ -401,6 +415,10 @@ class PbCluster:
             if m.flush_at is not None and t >= m.flush_at and m.driver is not None and m.paused_until is None:
                 m.flush_at = None
                 m.driver.flushed(m.store.flush(), t)
+            if m.persist_at is not None and t >= m.persist_at and m.driver is not None and m.paused_until is None:
+                m.persist_at = None
+                m.store.persist_stable()
+                m.driver.persisted()
         by_target: dict[str, list[Any]] = {}
         for msg in self.net.due(t):
             by_target.setdefault(msg.target, []).append(msg)
@@ -508,7 +526,7 @@ class PbCluster:
             # Not the only recorded copy (nor soon: a change in flight): beyond one lost disk.
             if {self.reg.primary, *self.reg.isr} - {m.id} and all(o.cas is None for o in running):
                 self.crash(m, t + wr.randint(20, 600))
-                m.store = FillableStore(PB_STORE)
+                m.store = FillableStore(PB_STORE, defer_stable=True)
                 self.checker.on_wipe(m.id)
                 self.stats["wipes"] += 1
                 self.stats["wipes_of_the_primary"] += m.id == self.reg.primary

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 class PbChecker(Checker):
     """The Raft simulator's checks, with (a) held by the recorded primary and in-sync set, not a majority."""
 
+    first_term = 1  # a new group's epoch 1, led by the configured primary, is never saved (ha/node.py)
+
     def __init__(self, cluster: PbCluster) -> None:
         super().__init__(cluster.ids, lambda i: cluster.members[i].store if cluster.members[i].node else None)
         self.stopped_store = lambda i: cluster.members[i].store

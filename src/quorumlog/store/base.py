@@ -251,9 +251,20 @@ class LogStore(Protocol):
         ...
 
     def save_vote(self, term: int, voted_for: str | None) -> None:
-        """Persist (term, voted for) durably before returning. voted_for is a member id, None, or "*"
-        (abstained: this term's vote counts as cast); InvalidArgumentError for a string no state file
-        can hold (empty, several lines, '=' or NUL)."""
+        """Take (term, voted for): durable before returning, or with `defer_stable` once `persist_stable`
+        returns (`stable_unsaved` until then; raft/driver.py holds every message meanwhile). voted_for is a
+        member id, None, or "*" (abstained: this term's vote counts as cast); InvalidArgumentError for a
+        string no state file can hold (empty, several lines, '=' or NUL)."""
+        ...
+
+    @property
+    def stable_unsaved(self) -> bool:
+        """The term, vote or recovery flag changed and is not durable yet (only with defer_stable)."""
+        ...
+
+    def persist_stable(self) -> None:
+        """Make the term, vote and recovery flag durable (any thread; a no-op when they are already).
+        DiskFullError or OutOfFilesError leave the old state on disk: the call may be made again."""
         ...
 
     @property
@@ -262,7 +273,7 @@ class LogStore(Protocol):
         ...
 
     def set_recovering(self, recovering: bool) -> None:
-        """Persist, durably before returning and beside the term and vote, whether the node is in
+        """Take, durable as save_vote's and beside the term and vote, whether the node is in
         protocol-aware recovery: it lost committed entries and may neither vote nor lead until the
         node decides it holds them again (`damage` alone clears as soon as the end index is back)."""
         ...

@@ -81,8 +81,9 @@ class FileStore(FileCuts):
 
     def __init__(self, directory: str | os.PathLike[str], config: StoreConfig | None = None, *,
                  files: OsFiles | None = None, repair: bool = False,
-                 disk_usage: Callable[[str], float] | None = None) -> None:
+                 disk_usage: Callable[[str], float] | None = None, defer_stable: bool = False) -> None:
         self.config = cfg = config or StoreConfig()
+        self.defer_stable = defer_stable  # term, vote and flag taken at once, written by persist_stable()
         self.dir = os.fspath(directory)
         self.files = files or OsFiles()
         self._disk_usage = disk_usage or self.files.disk_usage
@@ -526,6 +527,9 @@ class FileStore(FileCuts):
 
     def _save_stable(self, state: StableState) -> None:
         self._check_writable()
+        if self.defer_stable:  # a node's driver writes it (persist_stable) and holds messages until then
+            self._stable.remember(state)
+            return
         try:
             self._stable.save(state)
         except OSError as e:  # the old state stands (written through a temp file)
@@ -533,7 +537,7 @@ class FileStore(FileCuts):
 
     @property
     def stable_unsaved(self) -> bool:
-        """Term, vote or recovery flag changed and is not yet durable (see NodeStore)."""
+        """Term, vote or recovery flag changed and is not yet durable (defer_stable)."""
         return self._stable.unsaved
 
     def persist_stable(self) -> None:

@@ -27,8 +27,10 @@ class MemoryStore:
     files age. Disk use never forces expiry.
     """
 
-    def __init__(self, config: StoreConfig | None = None, *, clock: Callable[[], float] = _at_zero) -> None:
+    def __init__(self, config: StoreConfig | None = None, *, clock: Callable[[], float] = _at_zero,
+                 defer_stable: bool = False) -> None:
         self.config = config or StoreConfig()
+        self.defer_stable = defer_stable  # as FileStore's: the stable state is durable once persisted
         self.tail_cut: int | None = None  # set only by rot_tail: a crash alone loses just the unflushed tail
         self._seg = self.config.data_segment_bytes
         self._max_body = self.config.max_body_bytes
@@ -49,6 +51,7 @@ class MemoryStore:
         self._committed_floor = -1  # the committed index before a loss, restored when the damage heals
         self._vote: tuple[int, str | None] = (0, None)
         self._recovering = False
+        self._durable_stable: tuple[int, str | None, bool] = (0, None, False)  # what a crash keeps
         self._damage: Damage | None = None
         self._identity: str | None = None
 
@@ -225,6 +228,8 @@ class MemoryStore:
         if voted_for is not None:
             check_token(voted_for, "member id")
         self._vote = (term, voted_for)
+        if not self.defer_stable:
+            self.persist_stable()
 
     @property
     def recovering(self) -> bool:
@@ -232,6 +237,15 @@ class MemoryStore:
 
     def set_recovering(self, recovering: bool) -> None:
         self._recovering = recovering
+        if not self.defer_stable:
+            self.persist_stable()
+
+    @property
+    def stable_unsaved(self) -> bool:
+        return self._durable_stable != (*self._vote, self._recovering)
+
+    def persist_stable(self) -> None:
+        self._durable_stable = (*self._vote, self._recovering)
 
     def expire(self, safe_index: int, now_s: float) -> int:
         if not self._raw:
@@ -324,7 +338,10 @@ class MemoryStore:
     # -- simulation hooks --------------------------------------------------------------------
     def crash(self) -> None:
         """Lose what a crash loses: the unflushed tail (flush "sync") and the in-memory commit index.
-        The identity, term, vote and the log's begin are persisted at once, so they survive."""
+        The identity and the log's begin are persisted at once, so they survive; so do the term, vote and
+        recovery flag as last persisted (at once, unless defer_stable)."""
+        term, voted_for, self._recovering = self._durable_stable
+        self._vote = (term, voted_for)
         if self.config.flush == "sync":
             self.truncate_to_durable()
         self._committed = min(self._checkpointed_committed, self.end_index)
