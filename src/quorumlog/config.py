@@ -115,6 +115,10 @@ class HaConfig:
     controller: str | None = None  # the Raft group that holds epochs and in-sync sets
     auto_failover: bool | None = None  # default: true when a controller is configured
     failover_timeout_ms: int = 1000
+    # With a controller: the order in which it elects among live in-sync backups (higher first, then by id;
+    # RocketMQ's elect policy priority), and the member it switches back to once that one is in sync again.
+    priority: dict[str, int] = field(default_factory=dict)
+    preferred_primary: str | None = None
 
     def __post_init__(self) -> None:
         if self.replication not in ("raft", "primary-backup"):
@@ -170,6 +174,15 @@ class GroupConfig:
                                   f"no SYNC append could succeed (set min_in_sync = {backups}, or ack = \"async\")")
             if ha.controller == self.name:
                 raise ConfigError(f"group {self.name!r} cannot be its own controller")
+            if ha.preferred_primary is not None and ha.preferred_primary not in self.peers:
+                raise ConfigError(f"group {self.name!r}: preferred_primary {ha.preferred_primary!r} is not one of its "
+                                  "peers")
+            if not isinstance(ha.priority, dict) or any(
+                    m not in self.peers or type(p) is not int for m, p in ha.priority.items()):
+                raise ConfigError(f"group {self.name!r}: priority must map its peers to integers, e.g. "
+                                  "priority = { n1 = 2 }")
+            if (ha.preferred_primary is not None or ha.priority) and ha.controller is None:
+                raise ConfigError(f"group {self.name!r}: priority and preferred_primary need a controller")
         elif ha.controller is not None or ha.primary is not None:
             raise ConfigError(f"group {self.name!r}: primary and controller apply to primary-backup groups only")
 

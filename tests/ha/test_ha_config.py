@@ -8,6 +8,7 @@ import pytest
 
 from quorumlog.config import load_node_config
 from quorumlog.errors import ConfigError
+from quorumlog.ha.controller_core import ranked
 
 BASE = 'id = "n0"\ndata_dir = "d"\n'
 PEERS = 'peers = "n0=127.0.0.1:1,n1=127.0.0.1:2,n2=127.0.0.1:3"\n'
@@ -83,3 +84,23 @@ def test_a_controller_with_more_members_than_its_group_is_refused(tmp_path: Path
     same = '[[group]]\nname = "ctl"\npeers = "n2=127.0.0.1:3,n0=127.0.0.1:1,n1=127.0.0.1:2"\n'
     cfg = _load(tmp_path, same + '[[group]]\nname = "g0"\n' + PEERS + pb)
     assert cfg.groups[1].ha.failover  # type: ignore[attr-defined]
+
+
+def test_priority_and_preferred_primary_are_read_and_checked(tmp_path: Path) -> None:
+    ctl = '[[group]]\nname = "ctl"\n' + PEERS
+    pb = '[[group]]\nname = "g0"\n' + PEERS + 'replication = "primary-backup"\nprimary = "n0"\n'
+    cfg = _load(tmp_path, ctl + pb + 'controller = "ctl"\npreferred_primary = "n1"\npriority = { n2 = 3 }\n')
+    g0 = cfg.groups[1]  # type: ignore[attr-defined]
+    assert g0.ha.preferred_primary == "n1" and g0.ha.priority == {"n2": 3}
+    for extra, message in (('preferred_primary = "n9"\n', "preferred_primary 'n9' is not one of its peers"),
+                           ('priority = { n9 = 1 }\n', "priority must map its peers to integers"),
+                           ('priority = { n1 = "high" }\n', "priority must map its peers to integers")):
+        with pytest.raises(ConfigError, match=message):
+            _load(tmp_path, ctl + pb + 'controller = "ctl"\n' + extra)
+    with pytest.raises(ConfigError, match="need a controller"):
+        _load(tmp_path, pb + 'preferred_primary = "n1"\n')
+
+
+def test_the_controller_elects_by_priority_then_by_id() -> None:
+    assert ranked(["n2", "n0", "n1"], {}) == ["n0", "n1", "n2"]
+    assert ranked(["n2", "n0", "n1"], {"n2": 3, "n1": -1}) == ["n2", "n0", "n1"]

@@ -60,6 +60,12 @@ class Actions:
     proposals: list[tuple[str, bytes]] = field(default_factory=list)  # (controller group, command)
     local: list[tuple[str, bytes]] = field(default_factory=list)  # appended only by this leader, at once
     notes: list[tuple[int, str]] = field(default_factory=list)  # (logging level, line)
+    events: list[str] = field(default_factory=list)  # what was decided, one word each (counted as figures)
+
+
+def ranked(members: list[str], priority: dict[str, int]) -> list[str]:
+    """`members` in the order the controller elects them: higher priority first, then by id."""
+    return sorted(members, key=lambda m: (-priority.get(m, 0), m))
 
 
 def record_current(node: RaftNode) -> bool:
@@ -89,6 +95,7 @@ class ControllerCore:
         self.states: dict[str, ControllerState] = {}
         self._busy: dict[tuple[str, str], int] = {}  # (group, kind) -> when a proposal may go again
         self._leader_since: dict[str, int] = {}
+        self._stale_since: dict[str, int] = {}  # controller group -> since when its replica here lags its leader
         for g, (c, members, cfg) in groups.items():
             assert cfg.primary is not None
             self.states.setdefault(c, ControllerState({})).add_default(
@@ -107,6 +114,7 @@ class ControllerCore:
         for ctl, cnode in controllers.items():
             if ctl in self.states:
                 self._catch_up(ctl, cnode, out)
+                self._nudge(ctl, cnode, now, out)
         for name, node in nodes.items():
             c = self.managed.get(name)
             if c is not None and self.whole(name):
@@ -126,6 +134,21 @@ class ControllerCore:
                              (logging.WARNING, f"controller {ctl}: the log here starts at {cnode.store.begin_index}, "
                                                "after the record applied: waiting for the next snapshot before "
                                                "acting on the record"))
+
+    def _nudge(self, ctl: str, cnode: RaftNode, now: int, out: Actions) -> None:
+        """A replica that has not applied its leader's commit for RETRY_MS asks for an entry that is no
+        command: a follower's commit moves only with an entry pushed to it, so one restarted on an old
+        checkpoint into an idle controller group would act on a stale record for good (the simulator found
+        a restarted primary that never learnt it had been elected again)."""
+        if record_current(cnode):
+            self._stale_since.pop(ctl, None)
+            return
+        since = self._stale_since.setdefault(ctl, now)
+        key = (ctl, SYNC)
+        if now - since >= RETRY_MS and self._busy.get(key, 0) <= now:
+            self._busy[key] = now + RETRY_MS
+            out.proposals.append((ctl, encode_command(SYNC, "", 0, 0, self.node_id, set())))
+            out.events.append("stale_record_syncs")
 
     def _follow_record(self, group: str, node: HaNode, a: Assignment, cnode: RaftNode | None, now: int,
                        out: Actions) -> None:
@@ -189,8 +212,11 @@ class ControllerCore:
             return False
         state = self.states[self.managed[group]]
         # The controller's own store started pristine too and found every member's empty (raft/joining.py):
-        # no election was ever recorded, so no append was ever acknowledged: the whole cluster is new.
-        new = bool(cnode.stats["bootstrapped_group"]) or group in state.untouched
+        # no election was ever recorded, so no append was ever acknowledged: the whole cluster is new. Only
+        # for a node recovering because its store started pristine: one that cut entries for damage since
+        # lacks what it may have acknowledged, whatever the record says (the simulator found it leaving its
+        # recovery at once, still recorded in sync, on a cluster its process had bootstrapped).
+        new = node.started_pristine and (bool(cnode.stats["bootstrapped_group"]) or group in state.untouched)
         if new or (a.primary != me and node.caught_up(a.epoch, a.primary)):
             out.readies.append((group, node.recovered(now)))
             return True
@@ -201,11 +227,21 @@ class ControllerCore:
         if a.primary == me and others:
             if self._propose(group, ELECT, encode_election(group, a, min(others), others), now, out):
                 out.notes.append((logging.WARNING, f"{warn}: electing {min(others)} (epoch {a.epoch + 1})"))
+                out.events.append("lost_store_elections")
         elif a.primary == me and back not in ("", me):
             if self._propose(group, ELECT, encode_election(group, a, back, set()), now, out):
                 why = "never took epoch" if not a.taken else "nobody was in sync in epoch"
+                out.events.append("lost_store_back_to_holder" if not a.taken else "lost_store_back_to_previous")
                 out.notes.append((logging.WARNING, f"{warn}, and {why} {a.epoch}: electing {back}, which holds "
                                                    f"every entry acknowledged before (epoch {a.epoch + 1})"))
+        elif a.primary == me and back == me and (heirs := set(a.holder_isr) - {me}):
+            # The epoch came back to us (the holder of an epoch never taken, or the previous primary of one in
+            # which nobody was in sync), and our store is lost: those in sync as the epoch before ended hold
+            # every acknowledged entry as well (the simulator's seed 916914 waited for an operator here).
+            if self._propose(group, ELECT, encode_election(group, a, min(heirs), heirs), now, out):
+                out.events.append("lost_store_to_holders")
+                out.notes.append((logging.WARNING, f"{warn}, and the last primary to take an epoch: electing "
+                                                   f"{min(heirs)}, in sync as that epoch ended (epoch {a.epoch + 1})"))
         elif a.primary == me:
             if self._busy.get((group, "lost"), 0) <= now:  # (paces the message)
                 self._busy[(group, "lost")] = now + LOST_LOG_EVERY_MS
@@ -239,9 +275,12 @@ class ControllerCore:
                 return member == me or now - elector.last_heard(member, now) <= timeout
 
             a = state.groups[name]
+            pref = cfg.preferred_primary
             if alive(a.primary) and not a.hand_off:
+                if pref is not None and pref != a.primary and pref in a.isr and alive(pref) and a.taken:
+                    self._switch_back(name, a, pref, now, out)
                 continue
-            candidates = [m for m in sorted(a.isr) if alive(m)]
+            candidates = ranked([m for m in a.isr if alive(m)], cfg.priority)
             if not candidates:
                 continue  # no in-sync backup is up: promoting another could lose acknowledged appends
             new = a.hand_off if a.hand_off in candidates else candidates[0]
@@ -250,6 +289,14 @@ class ControllerCore:
                 why = f"primary {a.primary} asked for a hand-off (a full disk or a damaged log)" if a.hand_off else \
                     f"primary {a.primary} unheard for {timeout} ms"
                 out.notes.append((logging.WARNING, f"group {name}: {why}: electing {new} (epoch {a.epoch + 1})"))
+                out.events.append("hand_offs" if a.hand_off else "failovers_proposed")
+
+    def _switch_back(self, group: str, a: Assignment, pref: str, now: int, out: Actions) -> None:
+        """Elect the preferred member, in sync again (it holds every acknowledged entry), as a switchover."""
+        if self._propose(group, ELECT, encode_election(group, a, pref, set(a.isr | {a.primary})), now, out):
+            out.notes.append((logging.WARNING, f"group {group}: {pref}, the preferred primary, is in sync again: "
+                                               f"electing it (epoch {a.epoch + 1})"))
+            out.events.append("switch_backs")
 
     def _snapshot(self, ctl: str, cnode: RaftNode, state: ControllerState, out: Actions) -> None:
         """Append the whole record once SNAPSHOT_EVERY entries followed the last snapshot (or none exists
@@ -258,6 +305,7 @@ class ControllerCore:
         due = self.snapshot_every if state.snapshot_index >= 0 else 1
         if state.since_snapshot >= due and cnode.store.end_index == state.applied and record_current(cnode):
             out.local.append((ctl, state.snapshot()))
+            out.events.append("snapshots_proposed")
 
     # -- proposing -----------------------------------------------------------------------------------
     def _propose(self, group: str, kind: str, body: bytes, now: int, out: Actions) -> bool:

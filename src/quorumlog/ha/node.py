@@ -49,9 +49,13 @@ class HaNode:
             self._lost_at_start()
         self.producers.rebuild(store, self._cut_damaged)
         self.epoch, primary = store.load_vote()
+        # Recovering only because its store started pristine (not for entries it lost since): the controller
+        # may find the whole group new (controller_core.py, _vouched). A cut at damage ends it.
+        self.started_pristine = False
         if self.epoch == 0:  # a new group: epoch 1 led by the configured primary
             self.epoch, primary = 1, cfg.primary
             if cfg.controller is not None and store.end_index < 0 and store.begin_index <= 0:
+                self.started_pristine = True
                 # A pristine store: new, or a replaced disk that lost entries the controller's record
                 # counts on. Until the controller tells which (server/controller.py), this node takes no
                 # primary role from the record. Persisted: a restart midway must not forget it.
@@ -244,6 +248,7 @@ class HaNode:
         acknowledged may be gone, so with a controller it is `recovering` until it holds them again: never
         elected meanwhile, and out of the in-sync set (as after a replaced disk)."""
         keep = max(index, self.store.begin_index) - 1
+        self.started_pristine = False
         self.store.discard_after(keep)
         self.producers.truncate_after(keep)
         if self.cfg.controller is not None:

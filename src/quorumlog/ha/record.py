@@ -55,6 +55,9 @@ class Assignment:
     hand_off: str = ""  # the in-sync backup the primary (disk full, log damaged) asked to be elected in its place
     taken: bool = True  # the primary recorded its takeover: before, it committed nothing in this epoch
     holder: str = ""  # the primary of the last epoch taken ("": unknown), which holds every acknowledged entry
+    # The in-sync set the last epoch taken ended with (less the primaries elected since): they hold every
+    # acknowledged entry too, so a holder that lost its store hands the epoch to one of them.
+    holder_isr: frozenset[str] = frozenset()
 
 
 def encode_command(kind: str, group: str, prev_epoch: int, epoch: int, primary: str, isr: set[str],
@@ -75,21 +78,22 @@ def encode_election(group: str, a: Assignment, primary: str, isr: set[str]) -> b
 
 def _row(group: str, a: Assignment, touched: bool) -> list[Any]:
     return [group, a.epoch, a.primary, sorted(a.isr), a.version, a.previous, a.isr_seen, a.hand_off, a.taken,
-            a.holder, touched]
+            a.holder, touched, sorted(a.holder_isr)]
 
 
 def _assignment(row: list[Any]) -> tuple[str, Assignment, bool] | None:
     """A snapshot's row back, or None when it has the wrong shape."""
-    if len(row) != 11:
+    if len(row) != 12:
         return None
-    group, epoch, primary, isr, version, previous, isr_seen, hand_off, taken, holder, touched = row
+    group, epoch, primary, isr, version, previous, isr_seen, hand_off, taken, holder, touched, holder_isr = row
     if not (isinstance(group, str) and type(epoch) is int and isinstance(primary, str) and isinstance(isr, list)
-            and all(isinstance(m, str) for m in isr) and type(version) is int and isinstance(previous, str)
-            and type(isr_seen) is bool and isinstance(hand_off, str) and type(taken) is bool
-            and isinstance(holder, str) and type(touched) is bool):
+            and all(isinstance(m, str) for m in isr + holder_isr) and type(version) is int
+            and isinstance(previous, str) and type(isr_seen) is bool and isinstance(hand_off, str)
+            and type(taken) is bool and isinstance(holder, str) and type(touched) is bool
+            and isinstance(holder_isr, list)):
         return None
     return group, Assignment(epoch, primary, frozenset(isr), version, previous, isr_seen, hand_off, taken,
-                             holder), touched
+                             holder, frozenset(holder_isr)), touched
 
 
 class ControllerState:
@@ -101,7 +105,8 @@ class ControllerState:
         self.applied = -1  # the last log index applied (or skipped)
         self.whole = True  # every entry from the log's first was applied (else: waiting for a snapshot)
         self.snapshot_index = -1  # the last snapshot applied
-        self.since_snapshot = 0  # entries applied after it (the leader writes another: controller.py)
+        self.since_snapshot = 0  # entries applied after it (the leader writes another: controller_core.py)
+        self.rebuilt = 0  # times a snapshot made the record whole again (its log had started after it)
 
     def add_default(self, group: str, a: Assignment) -> None:
         """A group this replica's config names, before any command: its defaults stand until one applies."""
@@ -190,8 +195,11 @@ class ControllerState:
         rest = frozenset(isr) - {primary}
         if elected:
             takes = bool(flags & TAKES)
+            # Of an epoch taken, its final in-sync set; else the one before, less the primary replaced (a
+            # member elected and lost since is no heir: the set shrinks, never cycles).
+            heirs = (cur.isr if cur.taken else cur.holder_isr - {cur.primary}) if takes else frozenset()
             a = Assignment(epoch, primary, rest, cur.version + 1, cur.primary, bool(rest), "", not takes,
-                           (cur.primary if cur.taken else cur.holder) if takes else primary)
+                           (cur.primary if cur.taken else cur.holder) if takes else primary, heirs)
         else:
             a = replace(cur, isr=rest, version=cur.version + 1, isr_seen=cur.isr_seen or bool(rest))
         self.groups[group] = a
@@ -215,6 +223,7 @@ class ControllerState:
                 self.untouched.discard(group)
             else:
                 self.untouched.add(group)
+        self.rebuilt += not self.whole
         self.whole = True
         self.snapshot_index = index
         self.since_snapshot = 0

@@ -41,12 +41,12 @@ class PbChecker(Checker):
                 del self.tail_cut[i]
         if idx < 0 or idx >= len(self.ref):
             return
-        recorded = {c.reg.primary, *c.reg.isr} if c.cfg.controller else {c.ids[0]}
+        recorded = {c.record.primary, *c.record.isr} if c.cfg.controller else {c.ids[0]}
         for i in sorted(recorded):
             if i in self.damaged or i in self.tail_cut:
                 continue  # a replaced disk, until the controller leaves it out (on_leader checks it never leads)
             s = c.members[i].store
             at = max(idx, min(s.begin_index - 1, len(self.ref) - 1))  # expired entries: its first vouches
             if chain_at(s, at) != self.ref_chain[at] or s.durable_index < at:
-                raise InvariantViolation(f"{i} (recorded {'primary' if i == c.reg.primary else 'in sync'}) lacks "
+                raise InvariantViolation(f"{i} (recorded {'primary' if i == c.record.primary else 'in sync'}) lacks "
                                          f"acknowledged entries up to {idx}: durable end {s.durable_index}")
