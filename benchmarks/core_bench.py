@@ -21,11 +21,11 @@ from collections import deque
 from collections.abc import Sequence
 
 from quorumlog.config import RaftConfig, StoreConfig
-from quorumlog.raft.driver import Driver
+from quorumlog.core.driver import Driver
+from quorumlog.core.ready import Completion
 from quorumlog.raft.member import members_digest
 from quorumlog.raft.messages import Message
 from quorumlog.raft.node import RaftNode
-from quorumlog.raft.ready import Completion
 from quorumlog.store.base import Appended, Damage
 from quorumlog.store.memory import MemoryStore
 

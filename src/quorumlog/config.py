@@ -77,7 +77,7 @@ class RaftConfig:
     preferred_leader: str | None = None
     pre_vote: bool = True
     check_quorum: bool = True
-    # The idempotent producer (raft/producers.py): requests a producer may have in flight, and how long
+    # The idempotent producer (core/producers.py): requests a producer may have in flight, and how long
     # an idle producer is remembered (by the wall clock written in the log). Keep the idle time below
     # the store's retention: a member reset to the leader's begin only knows producers it can read.
     producer_window: int = 64

@@ -10,14 +10,14 @@ from dataclasses import replace
 import pytest
 
 from quorumlog.config import HaConfig, RaftConfig, StoreConfig
+from quorumlog.core.appends import AppendRequest
+from quorumlog.core.driver import Driver
+from quorumlog.core.ready import Completion, Ready
+from quorumlog.core.role import Role
 from quorumlog.errors import CorruptEntryError, ResponseCode
 from quorumlog.ha.epochs import agreed_end, epoch_list, hand_back_to
 from quorumlog.ha.messages import FRAME_HEADER, HaMessage, HaReport, HaTransfer, HaTruncate
 from quorumlog.ha.node import HaNode
-from quorumlog.raft.appends import AppendRequest
-from quorumlog.raft.driver import Driver
-from quorumlog.raft.messages import Role
-from quorumlog.raft.ready import Completion, Ready
 from quorumlog.sim.nodes import FillableStore
 from quorumlog.store.memory import MemoryStore
 

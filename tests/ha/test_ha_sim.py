@@ -10,13 +10,13 @@ from typing import Any
 import msgpack
 import pytest
 
+from quorumlog.core.driver import Driver
 from quorumlog.ha.backup import Backup
 from quorumlog.ha.controller_core import ControllerCore
 from quorumlog.ha.messages import handshake_digest
 from quorumlog.ha.node import HaNode
 from quorumlog.ha.primary import Primary
 from quorumlog.ha.record import ELECT, ISR, PREFIX, Assignment, ControllerState
-from quorumlog.raft.driver import Driver
 from quorumlog.sim import pb, pb_cli
 from quorumlog.sim.nodes import FillableStore
 from quorumlog.sim.pb import EXTRA_FAULTS, PB_FAULTS, PB_STORE, PbCluster, PbConfig, run_pb_seed

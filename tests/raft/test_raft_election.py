@@ -7,8 +7,9 @@ import random
 from dataclasses import replace
 
 from quorumlog.config import RaftConfig
+from quorumlog.core.driver import Driver
+from quorumlog.core.role import Role
 from quorumlog.errors import ResponseCode
-from quorumlog.raft.driver import Driver
 from quorumlog.raft.member import members_digest
 from quorumlog.raft.messages import (
     HeartbeatRequest,
@@ -16,7 +17,6 @@ from quorumlog.raft.messages import (
     PushKind,
     PushRequest,
     PushResponse,
-    Role,
     TimeoutNow,
     VoteRequest,
     VoteResponse,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from quorumlog.core.producers import DUPLICATE, GAP, NEW, TOO_OLD, UNKNOWN, ProducerTable
 from quorumlog.errors import ResponseCode
-from quorumlog.raft.producers import DUPLICATE, GAP, NEW, TOO_OLD, UNKNOWN, ProducerTable
 from quorumlog.sim.script import Script
 
 OK = int(ResponseCode.SUCCESS)

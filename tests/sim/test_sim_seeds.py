@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from quorumlog.core.driver import Driver
 from quorumlog.entry import MAGIC_NORMAL
 from quorumlog.errors import DiskFullError
 from quorumlog.raft import handler, pusher
-from quorumlog.raft.driver import Driver
 from quorumlog.raft.member import MemberState
 from quorumlog.raft.node import RaftNode
 from quorumlog.sim.checker import Checker, InvariantViolation

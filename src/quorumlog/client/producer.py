@@ -1,6 +1,6 @@
 """The client side of the idempotent producer: a producer id and the sequence numbers of its appends.
 
-The leader remembers the last PRODUCER_WINDOW requests of a producer (raft/producers.py), so a client
+The leader remembers the last PRODUCER_WINDOW requests of a producer (core/producers.py), so a client
 hands out a sequence only within that many of the oldest one not yet answered: a slow retry is always
 recognised. A request refused as out of order goes again right after its predecessors are answered,
 and no new request leaves meanwhile, so the pipeline is back in order at once. A request that ends

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections import Counter, deque
 
 from ..config import HaConfig
+from ..core.producers import ProducerTable
+from ..core.ready import Ready
 from ..errors import CorruptEntryError, DiskFullError, StoreError
-from ..raft.producers import ProducerTable
-from ..raft.ready import Ready
 from ..store.base import LogStore, check_reset
 from .epochs import epoch_list
 from .messages import FRAME_HEADER, HaHandshake, HaReport, HaTransfer, HaTruncate, handshake_digest, pack_epochs

@@ -28,9 +28,9 @@ import logging
 from dataclasses import dataclass, field
 
 from ..config import HaConfig
-from ..raft.messages import Role
+from ..core.ready import Ready
+from ..core.role import Role
 from ..raft.node import RaftNode
-from ..raft.ready import Ready
 from .epochs import hand_back_to
 from .node import HaNode
 from .record import (

@@ -1,7 +1,7 @@
 """One member of a primary/backup group: the primary of its epoch, or a backup following one.
 
 Pure like the Raft core (no sockets, no clock): the server drives it with the same Driver and Ready
-contract as a RaftNode (raft/driver.py), and exposes it through the same Group. Its role maps onto the
+contract as a RaftNode (core/driver.py), and exposes it through the same Group. Its role maps onto the
 Raft roles (primary = LEADER, backup = FOLLOWER) and its epoch onto the term, so status, metadata,
 redirects and the client's leader search work unchanged.
 
@@ -21,11 +21,11 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from ..config import HaConfig, RaftConfig
+from ..core.appends import AppendRequest, RequestId
+from ..core.producers import ProducerTable
+from ..core.ready import APPEND, TRANSFER, Completion, Ready, RoleChange
+from ..core.role import Role
 from ..errors import CorruptEntryError, ResponseCode
-from ..raft.appends import AppendRequest, RequestId
-from ..raft.messages import Role
-from ..raft.producers import ProducerTable
-from ..raft.ready import APPEND, TRANSFER, Completion, Ready, RoleChange
 from ..store.base import LogStore
 from .backup import Backup
 from .messages import HaHandshake, HaMessage, HaReport, HaTransfer, HaTruncate

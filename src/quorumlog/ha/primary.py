@@ -1,6 +1,6 @@
 """The primary's side of primary/backup replication: client appends, streaming, acks, the in-sync set.
 
-Entries are appended as a Raft leader appends them (raft/appends.py: producers, conditional appends,
+Entries are appended as a Raft leader appends them (core/appends.py: producers, conditional appends,
 one run per call) with the epoch as their term. Each backup is streamed the raw bytes of the log from
 the offset it reported, in frames of at most `ha_transfer_batch_bytes`, and only up to the primary's own
 durable index: a backup never holds an entry its primary could lose in a crash, so within one epoch
@@ -25,10 +25,10 @@ from collections import Counter, deque
 from collections.abc import Sequence
 
 from ..config import HaConfig, RaftConfig
+from ..core.appends import AppendRequest, Appends
+from ..core.producers import ProducerTable
+from ..core.ready import APPEND, Completion, Ready
 from ..errors import QuorumLogError, ResponseCode
-from ..raft.appends import AppendRequest, Appends
-from ..raft.producers import ProducerTable
-from ..raft.ready import APPEND, Completion, Ready
 from ..store.base import LogStore
 from .epochs import agreed_end, epoch_list
 from .messages import FRAME_HEADER, HaHandshake, HaReport, HaTransfer, HaTruncate, handshake_digest, unpack_epochs

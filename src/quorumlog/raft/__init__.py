@@ -1,6 +1,6 @@
-"""The pure Raft core: no sockets, no clock, no threads, no asyncio (DESIGN §1, §3)."""
+"""The pure Raft core: no sockets, no clock, no threads, no asyncio (DESIGN §1, §3). It builds on
+quorumlog.core (Ready, Driver, Appends, the producer table, Role), which primary/backup (ha/) shares."""
 
-from .driver import Driver
 from .messages import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -8,14 +8,11 @@ from .messages import (
     PushKind,
     PushRequest,
     PushResponse,
-    Role,
     TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
 from .node import RaftNode
-from .ready import Completion, Ready, RoleChange
 
-__all__ = ["Completion", "Driver", "HeartbeatRequest", "HeartbeatResponse", "Message", "PushKind", "PushRequest",
-           "PushResponse", "RaftNode", "Ready", "Role", "RoleChange", "TimeoutNow",
-           "VoteRequest", "VoteResponse"]
+__all__ = ["HeartbeatRequest", "HeartbeatResponse", "Message", "PushKind", "PushRequest", "PushResponse",
+           "RaftNode", "TimeoutNow", "VoteRequest", "VoteResponse"]

@@ -23,11 +23,12 @@ from collections import Counter
 from collections.abc import Callable
 
 from ..config import RaftConfig
+from ..core.ready import TRANSFER, Completion, Ready
+from ..core.role import Role
 from ..errors import ResponseCode
 from ..store.base import LogStore
 from .member import MemberState
-from .messages import HeartbeatRequest, Role, TimeoutNow, VoteRequest, VoteResponse
-from .ready import TRANSFER, Completion, Ready
+from .messages import HeartbeatRequest, TimeoutNow, VoteRequest, VoteResponse
 from .roles import Event, Outcome
 
 SUCCESS = int(ResponseCode.SUCCESS)

@@ -22,14 +22,14 @@ import struct
 from collections import Counter, deque
 
 from ..config import RaftConfig
+from ..core.producers import ProducerTable
+from ..core.ready import Ready
 from ..entry import HEADER_SIZE
 from ..errors import CorruptEntryError, DiskFullError, IndexOutOfRangeError, ResponseCode, StoreError
 from ..store.base import LogStore
 from .member import MemberState
 from .messages import NO_ACK, RESET_DATA, PushKind, PushRequest, PushResponse
-from .producers import ProducerTable
 from .quorum import first_index_of_term
-from .ready import Ready
 
 SUCCESS = int(ResponseCode.SUCCESS)
 INCONSISTENT_STATE = int(ResponseCode.INCONSISTENT_STATE)

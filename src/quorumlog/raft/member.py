@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
+from ..core.role import Role
 from ..store.base import LogStore
-from .messages import Role
 
 # The vote recorded for a term in which this node must not vote (after a wiped store rejoins, or once it
 # leaves recovery): no member id can be "*", so the term counts as voted.

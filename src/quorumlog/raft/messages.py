@@ -10,15 +10,6 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from enum import IntEnum
-
-
-class Role(IntEnum):
-    """Member roles (DLedger's MemberState.Role); a pre-vote round is a CANDIDATE that has not raised its term."""
-
-    FOLLOWER = 0
-    CANDIDATE = 1
-    LEADER = 2
 
 
 class PushKind:

@@ -1,5 +1,5 @@
 """RaftNode: the façade of the pure core. Input is a tick, a message, a proposal or a transfer request,
-each with the current time; output is a `Ready` (see ready.py for how a driver applies it).
+each with the current time; output is a `Ready` (see core/ready.py for how a driver applies it).
 
 The node routes messages after checking group, target, sender and term, and is the only writer of role,
 term, leader and vote: every change goes through the transition table of roles.py. Elections live in
@@ -14,6 +14,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from ..config import RaftConfig
+from ..core.appends import AppendRequest, RequestId
+from ..core.producers import ProducerTable
+from ..core.ready import APPEND, Completion, Ready, RoleChange
+from ..core.role import Role
 from ..entry import MAGIC_NOOP
 from ..errors import (
     ConfigError,
@@ -24,7 +28,6 @@ from ..errors import (
     ResponseCode,
 )
 from ..store.base import LogStore
-from .appends import AppendRequest, RequestId
 from .elector import Elector
 from .handler import EntryHandler
 from .joining import BOOTSTRAP, JOIN, Joiner, opens_first_election
@@ -37,15 +40,12 @@ from .messages import (
     ProbeResponse,
     PushRequest,
     PushResponse,
-    Role,
     TimeoutNow,
     VoteRequest,
     VoteResponse,
     refusal,
 )
-from .producers import ProducerTable
 from .pusher import Leader
-from .ready import APPEND, Completion, Ready, RoleChange
 from .roles import Event, Outcome, next_role
 
 SUCCESS = int(ResponseCode.SUCCESS)

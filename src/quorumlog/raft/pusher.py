@@ -18,15 +18,15 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from ..config import RaftConfig
+from ..core.appends import AppendRequest, Appends
+from ..core.producers import ProducerTable
+from ..core.ready import Ready
 from ..errors import ResponseCode
 from ..store.base import LogStore
-from .appends import AppendRequest, Appends
 from .member import MemberState
 from .messages import RESET_DATA, PushKind, PushRequest, PushResponse
-from .producers import ProducerTable
 from .progress import Progress
 from .quorum import next_compare_index, quorum_index
-from .ready import Ready
 
 SUCCESS = int(ResponseCode.SUCCESS)
 DISK_FULL = int(ResponseCode.DISK_FULL)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, auto
 
-from .messages import Role
+from ..core.role import Role
 
 
 class Event(Enum):

@@ -22,8 +22,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from .. import __version__
+from ..core.role import Role
 from ..ha.node import HaNode
-from ..raft.messages import Role
 from .metrics import Histogram
 
 if TYPE_CHECKING:

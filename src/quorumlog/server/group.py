@@ -1,7 +1,7 @@
 """One group hosted by a node: its core (a RaftNode, or an HaNode for a primary/backup group) and
 store, the clients waiting on it, its flushes.
 
-The core's output is applied by `raft.driver.Driver`, the same driver the simulator runs: messages go
+The core's output is applied by `core.driver.Driver`, the same driver the simulator runs: messages go
 out at once (the core never claims more than is durable); one `store.flush()` at a time runs in this
 group's worker thread and covers everything written before it started (group commit: all the appends
 of the loop iterations meanwhile share the next one); then `on_flushed` releases what waited for
@@ -28,6 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import GroupConfig
+from ..core.appends import AppendRequest
+from ..core.driver import Driver
+from ..core.ready import APPEND, Completion, Ready, RoleChange
+from ..core.role import Role
 from ..errors import CorruptEntryError, DiskError, DiskFullError, ResponseCode
 from ..ha.messages import FRAME_HEADER, HaTransfer
 from ..ha.node import HaNode
@@ -35,11 +39,8 @@ from ..net.bodies import encode_error
 from ..net.connection import Connection
 from ..net.frames import Body, Frame
 from ..net.schemas import APPEND_BATCH_RESPONSE, APPEND_RESPONSE, LEADERSHIP_TRANSFER_RESPONSE
-from ..raft.appends import AppendRequest
-from ..raft.driver import Driver
-from ..raft.messages import PushRequest, Role
+from ..raft.messages import PushRequest
 from ..raft.node import RaftNode
-from ..raft.ready import APPEND, Completion, Ready, RoleChange
 from ..store.file_store import store_dir
 from .codec import PeerMessage
 from .events import ELECTION, RECOVERY, TRANSFER, Events

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.ready import Completion
 from ..entry import HEADER, HEADER_SIZE, META_SIZE, unpack_meta
 from ..raft.messages import VoteRequest, VoteResponse
-from ..raft.ready import Completion
 from ..store.base import LogStore
 
 _HEAD = struct.Struct(">iiqqqiI")  # magic, size, index, term, pos, channel, chain_crc

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..config import RaftConfig, StoreConfig
+from ..core.driver import Driver
+from ..core.ready import APPEND, Completion, Ready, RoleChange
+from ..core.role import Role
 from ..errors import CorruptEntryError, ResponseCode
-from ..raft.driver import Driver
-from ..raft.messages import Message, Role, describe
+from ..raft.messages import Message, describe
 from ..raft.node import RaftNode
-from ..raft.ready import APPEND, Completion, Ready, RoleChange
 from ..store.base import LogStore
 from ..store.memory import MemoryStore
 from .checker import Checker, InvariantViolation

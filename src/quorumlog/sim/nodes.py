@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..core.driver import Driver
 from ..entry import MAGIC_NORMAL
 from ..errors import DiskFullError
-from ..raft.driver import Driver
 from ..raft.messages import Message
 from ..raft.node import RaftNode
 from ..store.base import Appended, LogStore

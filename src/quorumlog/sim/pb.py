@@ -24,14 +24,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..config import HaConfig, RaftConfig, StoreConfig
+from ..core.appends import AppendRequest
+from ..core.driver import Driver
+from ..core.ready import APPEND, Completion, Ready
 from ..errors import CorruptEntryError, ResponseCode
 from ..ha.epochs import hand_back_to
 from ..ha.messages import FRAME_HEADER, HaHandshake, HaTransfer, unpack_epochs
 from ..ha.node import HaNode
 from ..ha.record import Assignment
-from ..raft.appends import AppendRequest
-from ..raft.driver import Driver
-from ..raft.ready import APPEND, Completion, Ready
 from .checker import Checker, InvariantViolation, chain_at
 from .clients import Proposal, SimProducer
 from .cluster import SIM_MEMBER_TIMEOUT_MS, SIM_RAFT, SIM_RETENTION_MS, SIM_RETRY_MS

@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import HaConfig, RaftConfig, StoreConfig
+from ..core.appends import AppendRequest
+from ..core.driver import Driver
+from ..core.ready import Ready
+from ..core.role import Role
 from ..entry import HEADER, MAGIC_NORMAL
 from ..ha.controller_core import Actions, ControllerCore
 from ..ha.node import HaNode
 from ..ha.record import Assignment, ControllerState
-from ..raft.appends import AppendRequest
-from ..raft.driver import Driver
-from ..raft.messages import Role
 from ..raft.node import RaftNode
-from ..raft.ready import Ready
 from .checker import Checker
 from .nodes import FillableStore
 

@@ -11,11 +11,12 @@ import random
 from collections.abc import Callable, Sequence
 
 from ..config import RaftConfig, StoreConfig
-from ..raft.driver import Driver
+from ..core.driver import Driver
+from ..core.ready import Completion, Ready, RoleChange
+from ..core.role import Role
 from ..raft.member import members_digest
-from ..raft.messages import Message, Role, describe
+from ..raft.messages import Message, describe
 from ..raft.node import RaftNode
-from ..raft.ready import Completion, Ready, RoleChange
 from ..store.base import LogStore
 from ..store.memory import MemoryStore
 

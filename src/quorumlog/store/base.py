@@ -252,7 +252,7 @@ class LogStore(Protocol):
 
     def save_vote(self, term: int, voted_for: str | None) -> None:
         """Take (term, voted for): durable before returning, or with `defer_stable` once `persist_stable`
-        returns (`stable_unsaved` until then; raft/driver.py holds every message meanwhile). voted_for is a
+        returns (`stable_unsaved` until then; core/driver.py holds every message meanwhile). voted_for is a
         member id, None, or "*" (abstained: this term's vote counts as cast); InvalidArgumentError for a
         string no state file can hold (empty, several lines, '=' or NUL)."""
         ...

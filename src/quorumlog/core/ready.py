@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .messages import Role
+from .role import Role
 
 APPEND = "append"
 TRANSFER = "transfer"

@@ -1,5 +1,5 @@
-"""The one driver of a RaftNode's output: it applies each `Ready` in the contract's order (ready.py) and
-runs the node's flushes one at a time.
+"""The one driver of a core's output (a RaftNode, or an HaNode): it applies each `Ready` in the contract's
+order (ready.py) and runs the node's flushes one at a time.
 
 The server, the simulator, the scripted tests and the benchmarks all drive the core through this
 class, so the ordering the simulator checks over thousands of seeds is the ordering nodes run.
@@ -34,7 +34,7 @@ class Core(Protocol):
 
 
 class Driver:
-    """Applies one RaftNode's Readies: role changes, then messages, then completions, then the flush."""
+    """Applies one core's Readies: role changes, then messages, then completions, then the flush."""
 
     __slots__ = ("node", "send", "complete", "on_change", "start_flush", "flushing", "start_persist", "held")
 

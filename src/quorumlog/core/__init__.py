@@ -1,0 +1,3 @@
+"""What both replication modes share, pure like them (no sockets, no clock, no threads): a core's output
+(`ready.Ready`) and its one driver (`driver.Driver`), a leader's client appends (`appends`), the idempotent
+producer table (`producers`) and the member roles (`role.Role`). Nothing here imports raft/ or ha/."""
