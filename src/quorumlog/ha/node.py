@@ -24,6 +24,7 @@ from ..config import HaConfig, RaftConfig
 from ..core.appends import AppendRequest, RequestId
 from ..core.producers import ProducerTable
 from ..core.ready import APPEND, TRANSFER, Completion, Ready, RoleChange
+from ..core.replica import PRIMARY_BACKUP
 from ..core.role import Role
 from ..errors import CorruptEntryError, ResponseCode
 from ..store.base import LogStore
@@ -33,7 +34,9 @@ from .primary import Primary
 
 
 class HaNode:
-    """A primary/backup member; the interface the server's Group and the Driver use of a RaftNode."""
+    """A primary/backup member: a core/replica.py ReplicaCore, as a RaftNode is."""
+
+    replication = PRIMARY_BACKUP
 
     def __init__(self, node_id: str, group: str, members: Sequence[str], store: LogStore, cfg: HaConfig,
                  raft: RaftConfig, now: int) -> None:
@@ -150,8 +153,11 @@ class HaNode:
         """The request ids of the client appends this primary has not answered yet."""
         return self.primary.appends.waiting() if self.primary is not None else []
 
+    def peers_disk_full(self) -> list[str] | None:
+        return None  # (a backup whose disk is full goes quiet and leaves the in-sync set: backup.py)
+
     def status(self) -> dict[str, object]:
-        doc: dict[str, object] = {"replication": "primary-backup", "ack": self.cfg.ack, "epoch": self.epoch,
+        doc: dict[str, object] = {"replication": self.replication, "ack": self.cfg.ack, "epoch": self.epoch,
                                   "primary": self.primary_id, "confirmed": self.confirmed,
                                   "last_epoch": self.store.end_term}
         if self.store.tail_cut is not None:  # declines elections until caught up (tail_unverified)

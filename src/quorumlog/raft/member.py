@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import Iterable
 
 from ..core.role import Role
+from ..errors import ConfigError
 from ..store.base import LogStore
 
 # The vote recorded for a term in which this node must not vote (after a wiped store rejoins, or once it
@@ -20,6 +21,21 @@ def members_digest(group: str, members: Iterable[str]) -> str:
     with different member lists (and so different majorities) never talk Raft to each other."""
     text = "\n".join([group, *sorted(set(members))])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def checked_identity(store: LogStore, group: str, members: list[str]) -> str:
+    """The group's identity (`members_digest`), refused if the store recorded another: every node must
+    list the same members. A store written before identities existed records it now."""
+    identity = members_digest(group, members)
+    recorded = store.identity
+    if recorded:
+        if recorded != identity:
+            raise ConfigError(f"the store of group {group} was made for another member list (identity "
+                              f"{recorded}, configured members {members} give {identity}): "
+                              "every node must list the same members")
+    elif recorded is not None:
+        store.set_identity(identity)
+    return identity
 
 
 class MemberState:

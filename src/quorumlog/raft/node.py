@@ -17,21 +17,22 @@ from ..config import RaftConfig
 from ..core.appends import AppendRequest, RequestId
 from ..core.producers import ProducerTable
 from ..core.ready import APPEND, Completion, Ready, RoleChange
+from ..core.replica import RAFT
 from ..core.role import Role
 from ..entry import MAGIC_NOOP
 from ..errors import (
-    ConfigError,
     CorruptEntryError,
     DiskFullError,
     IndexOutOfRangeError,
     InvalidArgumentError,
+    QuorumLogError,
     ResponseCode,
 )
 from ..store.base import LogStore
 from .elector import Elector
 from .handler import EntryHandler
 from .joining import BOOTSTRAP, JOIN, Joiner, opens_first_election
-from .member import ABSTAINED, MemberState, members_digest
+from .member import ABSTAINED, MemberState, checked_identity
 from .messages import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -54,7 +55,9 @@ _INPUT_ERRORS = (IndexOutOfRangeError, InvalidArgumentError)
 
 
 class RaftNode:
-    """One member of one Raft group."""
+    """One member of one Raft group (a core/replica.py ReplicaCore)."""
+
+    replication = RAFT
 
     def __init__(self, node_id: str, group: str, peers: list[str], store: LogStore, config: RaftConfig,
                  rng: random.Random) -> None:
@@ -65,23 +68,14 @@ class RaftNode:
         self.rng = rng
         self.stats: Counter[str] = Counter()
         self.member = MemberState(node_id, group, peers, store)
-        self.identity = members_digest(group, self.member.members)
-        recorded = store.identity
-        if recorded:
-            if recorded != self.identity:
-                raise ConfigError(f"the store of group {group} was made for another member list (identity "
-                                  f"{recorded}, configured members {self.member.members} give {self.identity}): "
-                                  "every node must list the same members")
-        elif recorded is not None:
-            store.set_identity(self.identity)  # a store written before identities existed
+        recorded = store.identity  # (None: a pristine store)
+        self.identity = checked_identity(store, group, self.member.members)
         self.elector = Elector(self.member, store, config, rng, self.stats, self.peer_match,
                                lambda p: self.leader is not None and self.leader.dispatchers[p].disk_full)
         # A pristine store (new, or wiped) probes the other members before it may vote (joining.py).
-        self.joiner: Joiner | None = None
-        if recorded is None:
-            self.joiner = Joiner.create(self.member, rng, config.heartbeat_interval_ms)
-            if not self.member.others:
-                self._join(BOOTSTRAP)  # a group of one has nobody to ask
+        self.joiner = Joiner.create(self.member, rng, config.heartbeat_interval_ms) if recorded is None else None
+        if self.joiner is not None and not self.member.others:
+            self._join(BOOTSTRAP)  # a group of one has nobody to ask
         # Every member keeps its log's producer table (producers.py); a damaged entry met is cut and re-fetched.
         self.producers = ProducerTable(config.producer_window, config.producer_idle_ms)
         self.producers.rebuild(store, lambda index, why: store.mark_damaged(index, why))  # (only on damage)
@@ -133,9 +127,7 @@ class RaftNode:
     can_lead = can_vote  # the same conditions (a planted-bug test replaces can_vote alone)
 
     def expiry_safe_index(self, now_ms: int, member_timeout_ms: int) -> int:
-        """The highest index this node may expire up to: its commit index, and on a leader no more than
-        what every member holds, except members unheard of for `member_timeout_ms` (they are reset when
-        they return, so a long-dead member does not fill the disk)."""
+        """Its commit index; on a leader no more than what every member holds (Leader.expiry_safe_index)."""
         if self.leader is None or self.member.role != Role.LEADER:
             return self.store.committed_index
         return self.leader.expiry_safe_index(self.elector.last_heard, now_ms, member_timeout_ms)
@@ -145,6 +137,15 @@ class RaftNode:
 
     def waiting_requests(self) -> list[RequestId]:
         return self.leader.appends.waiting() if self.leader is not None else []
+
+    def peers_disk_full(self) -> list[str] | None:
+        return self.leader.peers_disk_full() if self.leader is not None else None
+
+    def status(self) -> dict[str, object]:
+        return {}  # nothing beyond what the server reports of every core
+
+    def promote(self, epoch: int, now_ms: int) -> Ready:
+        raise QuorumLogError(f"group {self.group} is a Raft group: it elects its leader", ResponseCode.UNSUPPORTED)
 
     # -- inputs --------------------------------------------------------------------------------
     def tick(self, now_ms: int) -> Ready:
@@ -416,8 +417,7 @@ class RaftNode:
                 self.stats["timeout_now_refused_damaged"] += 1
 
     def _reject(self, msg: Message, code: int, out: Ready) -> None:
-        s = self.store
-        answer = refusal(msg, self.node_id, self.member.term, code, s.end_index, s.begin_index)
+        answer = refusal(msg, self.node_id, self.member.term, code, self.store.end_index, self.store.begin_index)
         if answer is not None:
             out.messages.append(answer)
 

@@ -133,12 +133,17 @@ class Leader:
         self.appends.step_down(leader_id, out)
 
     def expiry_safe_index(self, last_heard: Callable[[str, int], int], now: int, member_timeout_ms: int) -> int:
-        """The commit index, but no more than what every member heard from within the timeout holds."""
+        """The commit index, but no more than what every member heard from within the timeout holds (one
+        silent for longer is reset when it returns, so a long-dead member does not fill the disk)."""
         safe = self.store.committed_index
         for d in self.peers:
             if now - last_heard(d.peer, now) < member_timeout_ms:
                 safe = min(safe, d.progress.match)
         return safe
+
+    def peers_disk_full(self) -> list[str]:
+        """Followers that refused entries for a full disk."""
+        return sorted(p for p, d in self.dispatchers.items() if d.disk_full)
 
     # -- EntryDispatcher -------------------------------------------------------------------------
     def peer_match(self, peer: str) -> int:

@@ -19,7 +19,6 @@ import msgpack
 
 from ..errors import QuorumLogError, ResponseCode
 from ..ha.controller_core import ControllerCore
-from ..ha.node import HaNode
 from ..ha.record import Assignment, encode_election
 from ..net.connection import Connection
 from ..net.frames import Frame
@@ -52,11 +51,11 @@ class Controller:
         controllers: dict[str, RaftNode] = {}
         for ctl, state in self.core.states.items():
             cg = self.node.groups.get(ctl)
-            if cg is not None and isinstance(cg.node, RaftNode):
-                controllers[ctl] = cg.node
+            if cg is not None and cg.raft_node is not None:  # (a controller group is a Raft group)
+                controllers[ctl] = cg.raft_node
                 cg.expiry_cap = state.expiry_cap  # the last snapshot is never expired (ha/record.py)
-        nodes = {name: g.node for name in self.managed
-                 if (g := self.node.groups.get(name)) is not None and isinstance(g.node, HaNode)}
+        nodes = {name: g.ha_node for name in self.managed
+                 if (g := self.node.groups.get(name)) is not None and g.ha_node is not None}
         actions = self.core.tick(now_ms(), controllers, nodes)
         for name, ready in actions.readies:
             self.node.groups[name].apply(ready)

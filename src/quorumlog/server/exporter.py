@@ -22,8 +22,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from .. import __version__
+from ..core.replica import RAFT
 from ..core.role import Role
-from ..ha.node import HaNode
 from .metrics import Histogram
 
 if TYPE_CHECKING:
@@ -213,7 +213,7 @@ def _one_group(f: _Families, g: Group) -> None:
     f.gauge("quorumlog_term", "current Raft term (primary/backup: the epoch)", core.term)
     f.counter("quorumlog_leader_changes_total", "times this node saw the group's leader change (the first "
               "leader it learns of counts)", st.leader_changes)
-    if not isinstance(core, HaNode):
+    if core.replication == RAFT:  # (a primary/backup group's elections are the controller's)
         f.counter("quorumlog_elections_total", "elections this node started (campaigns after a won pre-vote)",
                   core.stats["campaigns"])
     f.gauge("quorumlog_recovering", "1 while the replica is repaired from its peers (after damage, or joined "
@@ -269,9 +269,10 @@ def _one_group(f: _Families, g: Group) -> None:
                         "leader reports it)", match, peer=p)
                 f.gauge("quorumlog_peer_lag_entries", "entries the peer is behind the leader's end (only the "
                         "leader reports it)", max(0, s.end_index - match), peer=p)
-    if isinstance(core, HaNode):
-        f.gauge("quorumlog_ha_epoch", "primary/backup: the epoch this node follows or leads", core.epoch)
-        prim = core.primary
+    ha = g.ha_node
+    if ha is not None:
+        f.gauge("quorumlog_ha_epoch", "primary/backup: the epoch this node follows or leads", ha.epoch)
+        prim = ha.primary
         if prim is not None:
             f.gauge("quorumlog_ha_in_sync_backups", "primary/backup: backups in the recorded in-sync set",
                     len(prim.isr))

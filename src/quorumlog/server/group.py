@@ -1,5 +1,5 @@
-"""One group hosted by a node: its core (a RaftNode, or an HaNode for a primary/backup group) and
-store, the clients waiting on it, its flushes.
+"""One group hosted by a node: its core (a RaftNode, or an HaNode for a primary/backup group, driven
+through the core/replica.py ReplicaCore protocol) and store, the clients waiting on it, its flushes.
 
 The core's output is applied by `core.driver.Driver`, the same driver the simulator runs: messages go
 out at once (the core never claims more than is durable); one `store.flush()` at a time runs in this
@@ -31,6 +31,7 @@ from ..config import GroupConfig
 from ..core.appends import AppendRequest
 from ..core.driver import Driver
 from ..core.ready import APPEND, Completion, Ready, RoleChange
+from ..core.replica import PRIMARY_BACKUP, ReplicaCore
 from ..core.role import Role
 from ..errors import CorruptEntryError, DiskError, DiskFullError, ResponseCode
 from ..ha.messages import FRAME_HEADER, HaTransfer
@@ -107,7 +108,7 @@ class LoopTurn:
 
 
 class Group:
-    """A RaftNode and its store, driven by the node's event loop."""
+    """A group's core and its store, driven by the node's event loop."""
 
     def __init__(self, node_id: str, cfg: GroupConfig, data_dir: str, send: Callable[[PeerMessage], None],
                  on_fatal: Callable[[BaseException], None], flush_output: Callable[[], None] = lambda: None,
@@ -123,11 +124,17 @@ class Group:
             self.events.record(RECOVERY, f"store recovery at start: {note}", cfg.name)
         self.store.on_cut = lambda kind, text: self.events.record(kind, text, self.name)
         try:
-            self.node: RaftNode | HaNode
+            # The server drives either core through ReplicaCore (mypy checks here that both satisfy it);
+            # only the controller and the primary/backup gauges read the class it is, typed, from these.
+            self.node: ReplicaCore
+            self.raft_node: RaftNode | None = None
+            self.ha_node: HaNode | None = None
             if cfg.ha.primary_backup:
-                self.node = HaNode(node_id, cfg.name, list(cfg.peers), self.store, cfg.ha, cfg.raft, now_ms())
+                self.node = self.ha_node = HaNode(node_id, cfg.name, list(cfg.peers), self.store, cfg.ha, cfg.raft,
+                                                  now_ms())
             else:
-                self.node = RaftNode(node_id, cfg.name, list(cfg.peers), self.store, cfg.raft, random.Random())
+                self.node = self.raft_node = RaftNode(node_id, cfg.name, list(cfg.peers), self.store, cfg.raft,
+                                                      random.Random())
         except BaseException:
             self.store.close()  # the node does not start: let go of the store (and its lock) now
             raise
@@ -177,7 +184,7 @@ class Group:
                     self.stats.bytes_in += len(m.frame) - FRAME_HEADER.size
                     streamed = True
             try:
-                self.apply(self.node.step_batch(msgs, now_ms()))  # type: ignore[arg-type]  # node.py routes
+                self.apply(self.node.step_batch(msgs, now_ms()))  # (node.py queues only this group's kind)
             except Exception as e:
                 self.core_error("step", e)
             if streamed:  # a backup is streamed raw log bytes: count the entries they added
@@ -296,7 +303,7 @@ class Group:
             self._last_leader = ch.leader_id
             self.stats.leader_changes += 1
         log.info("group %s: %s in term %d, leader %s", self.name, ch.role.name.lower(), ch.term, ch.leader_id)
-        term, leads, follows = ("epoch", "primary", "backup") if isinstance(self.node, HaNode) else \
+        term, leads, follows = ("epoch", "primary", "backup") if self.node.replication == PRIMARY_BACKUP else \
             ("term", "leader", "follower")
         if ch.role == Role.LEADER:
             text = f"became {leads} in {term} {ch.term}"
@@ -457,13 +464,13 @@ class Group:
             "peers": {pid: addr for pid, addr in self.peers.items()},
             "stats": self.stats.doc(), "scrub": self.scrubber.doc(),
         }
-        if isinstance(node, HaNode):
-            doc.update(node.status())
+        doc.update(node.status())  # (primary/backup: epoch, primary, in-sync set...)
         if node.role == Role.LEADER:
             doc["peer_watermarks"] = {p: node.peer_match(p) for p in self.peers if p != self.node_id}
             doc["peer_lag"] = {p: max(0, s.end_index - m) for p, m in doc["peer_watermarks"].items()}
-            if isinstance(node, RaftNode) and node.leader is not None:  # followers that refused for a full disk
-                doc["peers_disk_full"] = sorted(p for p, d in node.leader.dispatchers.items() if d.disk_full)
+            full = node.peers_disk_full()  # (Raft: followers that refused for a full disk)
+            if full is not None:
+                doc["peers_disk_full"] = full
         return doc
 
     @property

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import NodeConfig, is_loopback
+from ..core.replica import PRIMARY_BACKUP
 from ..errors import CorruptEntryError, QuorumLogError, ResponseCode
-from ..ha.node import HaNode
 from ..net.bodies import unpack
 from ..net.connection import Connection, HandlerResult
 from ..net.errors import ProtocolError
@@ -493,7 +493,7 @@ class NodeServer:
 
     def _promote(self, conn: Connection, f: Frame, g: Group, target: str, epoch: int, force: bool) -> HandlerResult:
         node = g.node
-        if not isinstance(node, HaNode):
+        if node.replication != PRIMARY_BACKUP:
             raise QuorumLogError(f"group {g.name} is a Raft group: use LEADERSHIP_TRANSFER", ResponseCode.UNSUPPORTED)
         if target not in g.peers:
             raise QuorumLogError(f"{target!r} is not a member of group {g.name}", ResponseCode.UNKNOWN_MEMBER)
@@ -503,8 +503,8 @@ class NodeServer:
         if target != self.node_id:
             raise QuorumLogError(f"send the promotion to {target} itself (this is {self.node_id})",
                                  ResponseCode.UNEXPECTED_MEMBER)
-        if epoch <= node.epoch:
-            raise QuorumLogError(f"epoch {epoch} is not above {self.node_id}'s epoch {node.epoch} in group {g.name}",
+        if epoch <= node.term:  # (a primary/backup core's term is its epoch)
+            raise QuorumLogError(f"epoch {epoch} is not above {self.node_id}'s epoch {node.term} in group {g.name}",
                                  ResponseCode.EXPIRED_TERM)
         g.apply(node.promote(epoch, now_ms()))
         self.events.record(TRANSFER, f"{self.node_id} promoted to primary of epoch {epoch}", g.name)
