@@ -6,7 +6,9 @@ from dataclasses import replace
 
 import msgpack
 
-from quorumlog.config import StoreConfig
+from quorumlog.config import HaConfig, RaftConfig, StoreConfig
+from quorumlog.ha.controller_core import ControllerCore
+from quorumlog.ha.node import HaNode
 from quorumlog.ha.record import (
     ELECT,
     HAND_OFF,
@@ -15,11 +17,13 @@ from quorumlog.ha.record import (
     SNAPSHOT,
     SYNC,
     TAKE,
+    TAKES,
     Assignment,
     ControllerState,
     encode_command,
     encode_election,
 )
+from quorumlog.sim.script import Script
 from quorumlog.store.memory import MemoryStore
 
 
@@ -31,13 +35,31 @@ def _state() -> ControllerState:
 
 def test_an_election_applies_only_to_the_epoch_it_replaces() -> None:
     s = _state()
-    assert s.apply(encode_command(ELECT, "g0", 1, 2, "n1", {"n1", "n2"})) == "g0"
-    assert s.groups["g0"] == Assignment(2, "n1", frozenset({"n2"}), 1, previous="n0", isr_seen=True,
-                                       holder="n1")  # (an election of the old form: counted taken)
+    a = s.groups["g0"]
+    assert s.apply(encode_election("g0", a, "n1", {"n1", "n2"})) == "g0"
+    assert s.groups["g0"] == Assignment(2, "n1", frozenset({"n2"}), 1, previous="n0", isr_seen=True, taken=False,
+                                       holder="n0", holder_isr=frozenset({"n1", "n2"}))
     # A second election made from the same view (a race, a retry) finds epoch 2 taken: no-op.
-    assert s.apply(encode_command(ELECT, "g0", 1, 2, "n2", {"n1", "n2"})) is None
-    assert s.apply(encode_command(ELECT, "g0", 2, 4, "n2", set())) is None  # epochs go one at a time
+    assert s.apply(encode_election("g0", a, "n2", {"n1", "n2"})) is None
+    assert s.apply(encode_command(ELECT, "g0", 2, 4, "n2", set(), 1, TAKES)) is None  # epochs go one at a time
     assert s.groups["g0"].primary == "n1"
+
+
+def test_commands_naming_outsiders_or_of_the_old_forms_are_refused() -> None:
+    """Issue 34: anyone who may append to the controller group could write any command. A forged election
+    without a version, or without the takeover flag (which made its primary the holder of every
+    acknowledged entry), or naming a primary or in-sync member outside the group, is no command."""
+    s = _state()
+    a = s.groups["g0"]
+    for forged in (encode_command(ELECT, "g0", 1, 2, "n1", {"n2"}),  # no version
+                   encode_command(ELECT, "g0", 1, 2, "n1", {"n2"}, 0),  # no takeover flag
+                   encode_command(ELECT, "g0", 1, 2, "n1", {"n2"}, 0, 0),
+                   encode_election("g0", a, "n9", {"n1"}),  # a primary outside the members
+                   encode_election("g0", a, "n1", {"n1", "n9"}),  # an in-sync set outside them
+                   encode_command(ISR, "g0", 0, 1, "n0", {"n1", "n9"}),
+                   encode_command(HAND_OFF, "g0", 1, 1, "n0", {"n9"})):
+        assert s.apply(forged) is None
+    assert s.groups["g0"] == a and "g0" in s.untouched
 
 
 def test_an_in_sync_change_needs_the_version_epoch_and_primary_it_was_made_from() -> None:
@@ -164,7 +186,7 @@ def test_a_hand_off_request_needs_the_epoch_and_primary_and_an_election_ends_it(
     assert s.apply(encode_command(ISR, "g0", 0, 1, "n0", {"n2"})) == "g0" and s.groups["g0"].hand_off == "n2"
     assert s.apply(encode_command(HAND_OFF, "g0", 1, 1, "n0", set())) == "g0" and s.groups["g0"].hand_off == ""
     assert s.apply(encode_command(HAND_OFF, "g0", 1, 1, "n0", {"n2"})) == "g0"
-    assert s.apply(encode_command(ELECT, "g0", 1, 2, "n2", {"n2"})) == "g0"
+    assert s.apply(encode_election("g0", s.groups["g0"], "n2", {"n2"})) == "g0"
     assert s.groups["g0"].hand_off == "" and s.groups["g0"].primary == "n2"
 
 
@@ -176,12 +198,10 @@ def test_an_election_made_from_an_older_record_is_a_no_op() -> None:
     does, and applies only to that version."""
     s = _state()
     assert s.apply(encode_command(ISR, "g0", 0, 1, "n0", set())) == "g0"  # version 1: nobody in sync
-    stale = encode_command(ELECT, "g0", 1, 2, "n0", {"n1", "n2"}, version=0)
+    stale = encode_command(ELECT, "g0", 1, 2, "n0", {"n1", "n2"}, version=0, flags=TAKES)
     assert s.apply(stale) is None and s.groups["g0"].epoch == 1
-    fresh = encode_command(ELECT, "g0", 1, 2, "n0", set(), version=1)
+    fresh = encode_command(ELECT, "g0", 1, 2, "n0", set(), version=1, flags=TAKES)
     assert s.apply(fresh) == "g0" and s.groups["g0"].isr == frozenset() and s.groups["g0"].epoch == 2
-    # A record written before elections named a version still applies as it did (epoch only).
-    assert s.apply(encode_command(ELECT, "g0", 2, 3, "n1", {"n2"})) == "g0" and s.groups["g0"].isr == {"n2"}
 
 
 def test_a_takeover_needs_the_epoch_and_primary_and_voids_elections_made_before_it() -> None:
@@ -205,11 +225,40 @@ def test_a_takeover_needs_the_epoch_and_primary_and_voids_elections_made_before_
     assert (a.epoch, a.primary, a.previous, a.taken, a.holder) == (4, "n0", "n2", False, "n1")
 
 
-def test_an_election_written_before_takeovers_existed_counts_as_taken() -> None:
-    """Its primary committed without recording a takeover: the epoch may hold acknowledged entries."""
+def test_the_record_keeps_who_was_in_sync_as_the_last_epoch_taken_ended() -> None:
+    """Issue 30's fault 5: the record named one member holding every acknowledged entry (`holder`) and
+    forgot the others in sync with it; a holder that lost its store then waited for an operator."""
     s = _state()
-    assert s.apply(encode_command(ELECT, "g0", 1, 2, "n1", {"n2"}, version=0)) == "g0"
     a = s.groups["g0"]
-    assert (a.taken, a.holder) == (True, "n1")
-    assert s.apply(encode_command(ELECT, "g0", 2, 3, "n2", set())) == "g0"  # (one without a version too)
-    assert (s.groups["g0"].taken, s.groups["g0"].holder) == (True, "n2")
+    assert a.taken  # (epoch 1, the configured primary's, counts as taken)
+    assert s.apply(encode_election("g0", a, "n1", set()), 1) == "g0"  # a failover with nobody live beside n1
+    a = s.groups["g0"]
+    assert (a.holder, a.holder_isr, a.taken) == ("n0", {"n1", "n2"}, False)  # epoch 1 ended with {n1, n2}
+    assert s.apply(encode_election("g0", a, "n0", set()), 2) == "g0"  # n1 lost: back to the holder
+    a = s.groups["g0"]
+    assert (a.primary, a.holder, a.holder_isr) == ("n0", "n0", {"n2"})  # (n1, elected and lost, is no heir)
+
+
+def test_a_lost_holder_elects_one_in_sync_with_it_as_its_last_epoch_ended() -> None:
+    """Seed 916914 (5 nodes) of the simulator before it ran the real controller: the record handed epoch 7
+    back to n4, its holder, whose store was lost too; nothing else could be elected, though n0, n2 and n3 had
+    been in sync with n4 and held every entry. The holder now elects one of them."""
+    ids = ["n0", "n1", "n2", "n3", "n4"]
+    ctl = Script(ids, group="ctl")
+    ctl.elect("n4")
+    ha = HaConfig(replication="primary-backup", primary="n0", controller="ctl")
+    store = MemoryStore()
+    store.append([b"x"], 7)
+    store.flush()
+    store.save_vote(7, "n4")
+    store.set_recovering(True)  # (its recovery cut a torn tail: it may lack what it acknowledged)
+    node = HaNode("n4", "pb", ids, store, ha, RaftConfig(), 0)
+    core = ControllerCore("n4", {"pb": ("ctl", ids, ha)})
+    record = core.states["ctl"]
+    record.catch_up(ctl.stores["n4"])
+    record.groups["pb"] = Assignment(7, "n4", frozenset(), 9, "n1", False, taken=False, holder="n4",
+                                     holder_isr=frozenset({"n0", "n2", "n3"}))
+    record.untouched.clear()
+    actions = core.tick(100_000, {"ctl": ctl.nodes["n4"]}, {"pb": node})
+    assert node.recovering and actions.events == ["lost_store_to_holders"]
+    assert actions.proposals == [("ctl", encode_election("pb", record.groups["pb"], "n0", {"n0", "n2", "n3"}))]

@@ -10,7 +10,9 @@ group: PREFIX + msgpack [kind, group, prev, epoch, primary, in-sync set(, versio
 request names the asking primary's epoch and the backup it asks for (or none, withdrawn) in place of the
 set. An election's flag TAKES says its primary records its takeover (a TAKE command) before it commits
 anything, so an epoch never taken acknowledged nothing, and the primary of the last epoch taken (`holder`)
-holds every acknowledged entry (an election without the flag, written before it existed, counts as taken).
+holds every acknowledged entry. Elections of the forms written before versions and takeovers existed are
+refused, as are names outside the group's members: anyone who may append to the controller group could
+forge one (only peers may: server/node.py).
 
 **Snapshots: the record never depends on how much of the log remains.** The controller group's log
 expires like any other. A replica whose log now starts after the point it applied (a restart after
@@ -100,8 +102,10 @@ class ControllerState:
     """The record of one controller group: group -> Assignment, built by applying its commands."""
 
     def __init__(self, defaults: dict[str, Assignment]) -> None:
+        """`defaults`: each group's record before any command, naming every member (primary and in sync)."""
         self.groups = dict(defaults)
         self.untouched = set(defaults)  # no command applied yet (the defaults stand)
+        self.members = {g: frozenset({a.primary, *a.isr}) for g, a in defaults.items()}
         self.applied = -1  # the last log index applied (or skipped)
         self.whole = True  # every entry from the log's first was applied (else: waiting for a snapshot)
         self.snapshot_index = -1  # the last snapshot applied
@@ -113,6 +117,7 @@ class ControllerState:
         if group not in self.groups:
             self.groups[group] = a
             self.untouched.add(group)
+            self.members[group] = frozenset({a.primary, *a.isr})
 
     def encode(self) -> bytes:
         """The whole record as one deterministic byte string (a snapshot's payload; replicas compare equal)."""
@@ -179,6 +184,14 @@ class ControllerState:
         cur = self.groups.get(group)
         if cur is None or kind not in (ELECT, ISR, HAND_OFF, TAKE):
             return None
+        # Anyone who may append here could write any command: names outside the group's members, and
+        # elections of the old forms (no version; no takeover, which made their primary the holder of every
+        # acknowledged entry), are refused (issue 34: a forged election made any member primary).
+        members = self.members[group]
+        if primary not in members or not set(isr) <= members:
+            return None
+        if kind == ELECT and (version is None or not flags & TAKES):
+            return None
         if kind in (HAND_OFF, TAKE):  # from the epoch's primary
             if cur.epoch != epoch or cur.primary != primary:
                 return None
@@ -188,18 +201,17 @@ class ControllerState:
                 replace(cur, taken=True, holder=primary, version=cur.version + 1)
             self.untouched.discard(group)
             return group
-        elected = kind == ELECT and cur.epoch == prev and epoch == prev + 1 and version in (None, cur.version)
+        elected = kind == ELECT and cur.epoch == prev and epoch == prev + 1 and version == cur.version
         changed = kind == ISR and cur.version == prev and cur.epoch == epoch and cur.primary == primary
         if not (elected or changed):
             return None
         rest = frozenset(isr) - {primary}
-        if elected:
-            takes = bool(flags & TAKES)
+        if elected:  # (its primary records its takeover: until then the epoch acknowledged nothing)
             # Of an epoch taken, its final in-sync set; else the one before, less the primary replaced (a
             # member elected and lost since is no heir: the set shrinks, never cycles).
-            heirs = (cur.isr if cur.taken else cur.holder_isr - {cur.primary}) if takes else frozenset()
-            a = Assignment(epoch, primary, rest, cur.version + 1, cur.primary, bool(rest), "", not takes,
-                           (cur.primary if cur.taken else cur.holder) if takes else primary, heirs)
+            heirs = cur.isr if cur.taken else cur.holder_isr - {cur.primary}
+            a = Assignment(epoch, primary, rest, cur.version + 1, cur.primary, bool(rest), "", False,
+                           cur.primary if cur.taken else cur.holder, heirs)
         else:
             a = replace(cur, isr=rest, version=cur.version + 1, isr_seen=cur.isr_seen or bool(rest))
         self.groups[group] = a
