@@ -60,3 +60,21 @@ def test_tokens_and_permissions(cluster_factory: Any) -> None:
             bad.get(first.index)
         assert "authentication failed" in str(refused.value) or "requires a shared secret" in str(refused.value), \
             (kwargs, refused.value)
+
+
+def test_no_token_appends_to_a_controller_group(cluster_factory: Any) -> None:
+    """Issue 34, item 2: a token with `"*" = ["append"]` appended forged election commands to the controller
+    group and made a member of its choice primary. Only peers and the cluster's secret append there; the
+    token still appends to the data group it is allowed."""
+    tokens = [{"name": "any", "secret": "a-5ecret", "permissions": {"*": ["append", "read"]}}]
+    ha = {"ack": "sync", "controller": "ctl", "ha_heartbeat_interval_ms": 200, "ha_ack_timeout_ms": 800}
+    cluster = cluster_factory(replication="primary-backup", ha=ha, secret="cluster-5ecret", tokens=tokens)
+    eps = cluster.endpoints
+    with Client(eps, group="g0", secret="a-5ecret", token="any", retry_timeout=20) as c:
+        assert c.append(b"data").index >= 0
+    with Client(eps, group="ctl", secret="a-5ecret", token="any", retry_timeout=20) as c:
+        with pytest.raises(QuorumLogError) as denied:
+            c.append(b"QLCTL1 a forged command")
+        assert denied.value.code == ResponseCode.PERMISSION_DENIED
+        assert "only peers and the cluster's secret" in str(denied.value)
+        assert all(e.body != b"QLCTL1 a forged command" for e in c.read(0, 1000))  # (reading stays allowed)

@@ -104,6 +104,7 @@ class NodeServer:
         self.admin: Any = None
         self._admin_sock: socket.socket | None = None
         self.controller: Any = None  # controller.Controller, when a primary/backup group has one
+        self.controller_groups = frozenset(g.ha.controller for g in cfg.groups if g.ha.controller is not None)
         self.loop_lag = Histogram()  # seconds each tick woke late (admin: quorumlog_loop_lag_seconds)
         self.events = Events()  # recent elections, recoveries, refusals... (status document, dashboard)
         self._counters = CounterWatch()
@@ -373,11 +374,16 @@ class NodeServer:
     def _group(self, name: str, conn: Connection | None = None, *needs: str) -> Group:
         """The hosted group `name`, if `conn` has one of the permissions `needs` in it (hello.allowed)."""
         perms = conn.permissions if conn is not None else None
-        if perms is not None and not any(allowed(perms, name, n) for n in needs):
-            self.events.record(REFUSAL, f"permission denied: {conn.peer_id if conn else '?'} may not "
-                               f"{'/'.join(needs)}", name if name in self.groups else None)
-            raise PermissionDeniedError(f"{conn.peer_id if conn else '?'} may not {'/'.join(needs)} in group "
-                                        f"{name!r} (node {self.node_id}): nothing was done")
+        # A controller group's commands elect the primaries of every group it controls: only peers and holders
+        # of the cluster's secret append there, whatever a token's permissions say ("*" included).
+        ctl = perms is not None and needs == ("append",) and name in self.controller_groups
+        if ctl or (perms is not None and not any(allowed(perms, name, n) for n in needs)):
+            what = "append to a controller group (only peers and the cluster's secret may)" if ctl else \
+                f"{'/'.join(needs)} in group {name!r}"
+            who = conn.peer_id if conn else "?"
+            self.events.record(REFUSAL, f"permission denied: {who} may not {what}",
+                               name if name in self.groups else None)
+            raise PermissionDeniedError(f"{who} may not {what} (node {self.node_id}): nothing was done")
         g = self.groups.get(name)
         if g is None:
             raise UnknownGroupError(f"group {name!r} is not hosted by node {self.node_id}")
