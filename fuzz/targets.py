@@ -22,9 +22,9 @@ with atheris.instrument_imports():
     from quorumlog.hotpath import verify_run as hot_verify_run  # the C version when built
     from quorumlog.net import schemas
     from quorumlog.net.bodies import decode_response
-    from quorumlog.net.errors import ProtocolError, ResponseError
+    from quorumlog.net.errors import HandshakeError, ProtocolError, ResponseError
     from quorumlog.net.frames import ONEWAY, Frame, FrameDecoder
-    from quorumlog.net.hello import ServerHandshake
+    from quorumlog.net.hello import CLIENT_ROLE, SERVER_ROLE, ClientHandshake, ServerHandshake, mac
     from quorumlog.net.ops import Op
     from quorumlog.server.codec import decode_message, is_peer_frame
     from quorumlog.store.base import verify_run
@@ -79,23 +79,151 @@ def entries(data: bytes) -> None:
             call()
 
 
+HELLO_GROUPS = {"g0": "0123456789abcdef"}
+SERVER_NONCE, CLIENT_NONCE = b"\x01" * 32, b"\x02" * 32
+KEYS = {"client:t": b"token-secret"}  # the key a client of that id proves with; every other id: b"secret"
+Message = tuple[int, bytes]
+
+
 def hello(data: bytes) -> None:
-    """A server's handshake fed a sequence of request frames, with and without a secret."""
+    """Both sides of the handshake fed fuzzed messages: raw bodies, or bodies built from fuzzed fields (so
+    the fuzzer reaches AUTH and the proofs), in any order. With a key, neither side may be established
+    unless the other side's MAC, made here with the key, was right; the responder never takes its own id,
+    the dialler never another id than the one it expects, and both settle on protocol version 2."""
     fdp = atheris.FuzzedDataProvider(data)
+    if fdp.ConsumeBool():
+        _hello_server(fdp)
+    else:
+        _hello_client(fdp)
+
+
+def _fuzz_str(fdp: atheris.FuzzedDataProvider, choices: list[str]) -> str:
+    i = fdp.ConsumeIntInRange(0, len(choices))
+    return choices[i] if i < len(choices) else fdp.ConsumeUnicodeNoSurrogates(fdp.ConsumeIntInRange(0, 80))
+
+
+def _fuzz_nonce(fdp: atheris.FuzzedDataProvider) -> bytes:
+    return fdp.ConsumeBytes(32 if fdp.ConsumeBool() else fdp.ConsumeIntInRange(0, 64))
+
+
+def _hello_server(fdp: atheris.FuzzedDataProvider) -> None:
+    """The node's side, facing any dialler."""
     secret = fdp.ConsumeBool()
-    hs = ServerHandshake("quorumlog", "n0", b"secret" if secret else None, groups={"g0": "0123456789abcdef"},
-                         nonce=lambda: b"\x01" * 32,
+    hs = ServerHandshake("quorumlog", "n0", b"secret" if secret else None, groups=HELLO_GROUPS,
+                         nonce=lambda: SERVER_NONCE,
                          tokens={"t": ("token-secret", {"g0": frozenset({"read"})})} if secret else None)
+    proved = False  # the right proof was sent
     while fdp.remaining_bytes():
-        op = Op.HELLO if fdp.ConsumeBool() else fdp.ConsumeIntInRange(0, 255)
         try:
-            reply = hs.receive(op, fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 512)))
+            msg = _to_server(fdp, hs)
+        except ProtocolError:  # fuzzed fields the schema does not take (a 300-character id): never sent
+            continue
+        if msg is None:
+            continue
+        proved = proved or msg[0] == Op.AUTH and msg[1] == _right_auth(hs)
+        try:
+            reply = hs.receive(*msg)
         except REFUSALS:
             return
         assert isinstance(reply.op, int) and isinstance(reply.body, bytes)
-        # Established with a key configured means a proof was checked: never by an empty or random one.
-        assert not (secret and hs.state.value == "established"), "authenticated without the secret"
+        if hs.state.value == "established":
+            assert hs.peer_id != "n0" and hs.version == 2, (hs.peer_id, hs.version)
+            # Established with a key configured means a proof was checked: never by an empty or random one.
+            assert not secret or proved, "authenticated without the secret"
+            if secret:  # and the node proved itself back, with the same key
+                assert schemas.AUTH_RESPONSE.decode(reply.body).proof == _node_mac(hs), "no proof of the node"
+            return
         if reply.close:
+            return
+
+
+def _to_server(fdp: atheris.FuzzedDataProvider, hs: ServerHandshake) -> Message | None:
+    kind = fdp.ConsumeIntInRange(0, 3)
+    if kind == 0:  # raw
+        op = Op.HELLO if fdp.ConsumeBool() else fdp.ConsumeIntInRange(0, 255)
+        return op, fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 512))
+    if kind == 1:  # a HELLO of fuzzed fields, in a client's or a peer's layout
+        version = fdp.ConsumeIntInRange(0, 3)
+        cluster = _fuzz_str(fdp, ["quorumlog"])
+        node = _fuzz_str(fdp, ["n1", "n0", "client", "client:t", "client:x", ""])
+        if fdp.ConsumeBool():
+            return Op.HELLO, schemas.HELLO_REQUEST.encode(version, cluster, node)
+        groups = HELLO_GROUPS if fdp.ConsumeBool() else {_fuzz_str(fdp, ["g0"]): fdp.ConsumeUnicodeNoSurrogates(16)}
+        return Op.HELLO, schemas.HELLO_PEER_REQUEST.encode(version, cluster, node, groups)
+    if kind == 2:  # an AUTH with a fuzzed nonce and proof
+        return Op.AUTH, schemas.AUTH_REQUEST.encode(_fuzz_nonce(fdp), fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 64)))
+    right = _right_auth(hs)  # the right proof for this handshake, as far as the HELLO went
+    return None if right is None else (Op.AUTH, right)
+
+
+def _server_key(hs: ServerHandshake) -> bytes:
+    return KEYS.get(hs.peer_id or "", b"secret") if hs.peer_groups is None else b"secret"
+
+
+def _right_auth(hs: ServerHandshake) -> bytes | None:
+    if hs.peer_id is None or hs.version is None:
+        return None
+    return schemas.AUTH_REQUEST.encode(CLIENT_NONCE, mac(
+        _server_key(hs), CLIENT_ROLE, version=hs.version, cluster="quorumlog", client_id=hs.peer_id,
+        server_id="n0", client_nonce=CLIENT_NONCE, server_nonce=SERVER_NONCE, groups=hs.peer_groups))
+
+
+def _node_mac(hs: ServerHandshake) -> bytes:
+    assert hs.peer_id is not None and hs.version is not None
+    return mac(_server_key(hs), SERVER_ROLE, version=hs.version, cluster="quorumlog", client_id=hs.peer_id,
+               server_id="n0", client_nonce=CLIENT_NONCE, server_nonce=SERVER_NONCE, groups=hs.peer_groups)
+
+
+def _hello_client(fdp: atheris.FuzzedDataProvider) -> None:
+    """A dialler's side, facing whatever answers: an impostor, a relay, a node of another version."""
+    node_id = fdp.PickValueInList(["client", "client:t", "n1"])
+    key = KEYS.get(node_id, b"secret") if fdp.ConsumeBool() else None
+    expect = fdp.PickValueInList([None, "n0"])
+    hs = ClientHandshake("quorumlog", node_id, key, groups=HELLO_GROUPS if node_id == "n1" else None,
+                         expect_node=expect, nonce=lambda: CLIENT_NONCE)
+    hs.start()
+    took: tuple[int, str, bytes] | None = None  # version, node id and nonce of the HELLO response it took
+    proved = False
+    while fdp.remaining_bytes():
+        fields = None
+        kind = fdp.ConsumeIntInRange(0, 3)
+        try:
+            if kind == 0:  # raw
+                op = Op.AUTH if fdp.ConsumeBool() else fdp.ConsumeIntInRange(0, 255)
+                body = fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 512))
+            elif kind == 1:  # a HELLO response of fuzzed fields
+                op = Op.HELLO
+                code = 200 if fdp.ConsumeBool() else fdp.ConsumeIntInRange(-1, 600)
+                fields = (fdp.ConsumeIntInRange(0, 3), _fuzz_str(fdp, ["n0", "n1", "n2", "client"]), _fuzz_nonce(fdp))
+                body = schemas.HELLO_RESPONSE.encode(code, fdp.ConsumeUnicodeNoSurrogates(40), *fields,
+                                                     fdp.ConsumeBool())
+            elif kind == 2:  # an AUTH response with a fuzzed proof
+                op = Op.AUTH
+                code = 200 if fdp.ConsumeBool() else fdp.ConsumeIntInRange(-1, 600)
+                body = schemas.AUTH_RESPONSE.encode(code, fdp.ConsumeUnicodeNoSurrogates(40),
+                                                    fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 64)))
+            else:  # the right proof of the node whose HELLO response the client took
+                if took is None or key is None:
+                    continue
+                op = Op.AUTH
+                body = schemas.AUTH_RESPONSE.encode(200, "", mac(
+                    key, SERVER_ROLE, version=took[0], cluster="quorumlog", client_id=node_id, server_id=took[1],
+                    client_nonce=CLIENT_NONCE, server_nonce=took[2], groups=hs.groups))
+                proved = True
+        except ProtocolError:  # fields the schema does not take: never sent
+            continue
+        try:
+            step = hs.receive(op, body)
+        except (*REFUSALS, HandshakeError):
+            return
+        if step is not None:  # it took a HELLO response and proves itself to that node
+            assert step[0] == Op.AUTH and fields is not None and key is not None
+            assert schemas.AUTH_REQUEST.decode(step[1]).nonce == CLIENT_NONCE
+            took = fields
+        if hs.state.value == "established":
+            assert hs.version == 2 and hs.peer_id != node_id, (hs.version, hs.peer_id)
+            assert expect is None or hs.peer_id == expect, (expect, hs.peer_id)
+            assert key is None or proved, "took a node that did not prove the key"
             return
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from quorumlog.errors import InvalidArgumentError, ResponseCode
+from quorumlog.errors import InvalidArgumentError, QuorumLogError, ResponseCode
 from quorumlog.net import (
     ConnectionClosedError,
     Endpoint,
@@ -24,8 +24,8 @@ from quorumlog.net import (
 )
 from quorumlog.net import schemas as sc
 from quorumlog.net.connection import Connection
-from quorumlog.net.errors import ProtocolError
-from quorumlog.net.frames import RESPONSE, Frame, FrameDecoder, Kind, encode_frame
+from quorumlog.net.errors import ProtocolError, UnverifiedPeerError
+from quorumlog.net.frames import PROTOCOL_VERSION, RESPONSE, Frame, FrameDecoder, Kind, encode_frame
 from quorumlog.net.hello import ClientHandshake
 from quorumlog.net.ops import Op
 
@@ -339,6 +339,7 @@ def test_closing_fails_pending_requests():
     ("s", "wrong", CLUSTER, "wrong shared secret"),
     ("s", None, CLUSTER, "requires a shared secret"),
     (None, None, "other", "wrong cluster"),
+    (None, "s", CLUSTER, "node 'n0' does not authenticate"),  # a secret-holding client refuses an open node
 ])
 def test_hello_over_sockets(server_secret, client_secret, cluster, match):
     async def main() -> None:
@@ -348,7 +349,7 @@ def test_hello_over_sockets(server_secret, client_secret, cluster, match):
             kw = dict(cluster=cluster, node_id="n7", secret=client_secret)
             if match is None:
                 conn = await connect(HOST, server.port, **kw)
-                assert conn.peer_id == "n0" and conn.version == 1 and established == ["n7"]
+                assert conn.peer_id == "n0" and conn.version == PROTOCOL_VERSION == 2 and established == ["n7"]
                 f = await conn.request(Op.GET, b"hi", timeout=5)
                 assert bytes(f.body) == b"hi"
                 conn.close()
@@ -356,8 +357,49 @@ def test_hello_over_sockets(server_secret, client_secret, cluster, match):
             else:
                 with pytest.raises(HandshakeError, match=match):
                     await connect(HOST, server.port, **kw)
-                assert established == []
+                # (An open node has taken the connection by then; the client drops it unused.)
+                assert established == ([] if server_secret or not client_secret else ["n7"])
             await assert_serving(server.port, secret=server_secret)
+    arun(main())
+
+
+def test_the_node_answering_must_be_the_one_dialled_and_not_claim_the_diallers_id():
+    async def main() -> None:
+        async with await serve(HOST, 0, echo, cluster=CLUSTER, node_id="n0", secret="s") as server:
+            conn = await connect(HOST, server.port, cluster=CLUSTER, node_id="n7", secret="s", expect_node="n0")
+            assert conn.peer_id == "n0"
+            conn.close()
+            with pytest.raises(UnverifiedPeerError, match="dialled n1 but the node answering is 'n0'"):
+                await connect(HOST, server.port, cluster=CLUSTER, node_id="n7", secret="s", expect_node="n1")
+            with pytest.raises(HandshakeError, match="HELLO claims this node's own id 'n0'"):
+                await connect(HOST, server.port, cluster=CLUSTER, node_id="n0", secret="s")
+            assert [c for c in server.connections if c.is_established] == []
+            await assert_serving(server.port, secret="s")
+    arun(main())
+
+
+def test_a_client_checks_the_node_an_endpoint_names_or_metadata_gave():
+    from quorumlog.client import AsyncClient
+    from quorumlog.client.results import endpoint_ids, parse_endpoints
+
+    assert parse_endpoints("n0=h:1, h:2") == ["h:1", "h:2"] and endpoint_ids("n0=h:1, h:2") == {"h:1": "n0"}
+    with pytest.raises(QuorumLogError, match="bad endpoint"):
+        parse_endpoints("=h:1")
+
+    async def main() -> None:
+        async with await serve(HOST, 0, echo, cluster=CLUSTER, node_id="n0", secret="s") as server:
+            addr = f"{HOST}:{server.port}"
+            async with AsyncClient(f"n0={addr}", cluster=CLUSTER, secret="s") as c:
+                assert (await c._conn(addr)).peer_id == "n0"
+            async with AsyncClient(f"n1={addr}", cluster=CLUSTER, secret="s") as c:
+                with pytest.raises(UnverifiedPeerError, match="dialled n1 but the node answering is 'n0'"):
+                    await c._conn(addr)
+            async with AsyncClient(addr, cluster=CLUSTER, secret="s") as c:
+                assert c.expected_node(addr) is None
+                c.peers = {"n0": "elsewhere:1", "n2": addr}  # as METADATA would tell it
+                assert c.expected_node(addr) == "n2"
+                with pytest.raises(UnverifiedPeerError, match="dialled n2"):
+                    await c._conn(addr)
     arun(main())
 
 

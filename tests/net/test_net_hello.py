@@ -11,11 +11,12 @@ import pytest
 from quorumlog.errors import ResponseCode
 from quorumlog.net import schemas
 from quorumlog.net.errors import HandshakeError, ProtocolError
-from quorumlog.net.hello import ClientHandshake, ServerHandshake, State, members_mismatch, proof
+from quorumlog.net.hello import ClientHandshake, ServerHandshake, State, members_mismatch
 from quorumlog.net.ops import Op
 from quorumlog.raft.member import members_digest
 
-NONCE = bytes(range(32))
+NONCE = bytes(range(32))  # the server's
+CNONCE = bytes(range(32, 64))  # the client's
 
 
 def run(client: ClientHandshake, server: ServerHandshake) -> list[Op]:
@@ -34,19 +35,147 @@ def test_no_secret_is_one_round_trip():
     c, s = ClientHandshake("c1", "n1"), ServerHandshake("c1", "n0")
     assert run(c, s) == [Op.HELLO]
     assert c.state is s.state is State.ESTABLISHED
-    assert (c.peer_id, s.peer_id, c.version, s.version) == ("n0", "n1", 1, 1)
+    assert (c.peer_id, s.peer_id, c.version, s.version) == ("n0", "n1", 2, 2)
 
 
-def test_right_secret_proves_itself():
-    c = ClientHandshake("c1", "n1", "s3cret")
+def test_right_secret_proves_both_sides_in_two_round_trips():
+    c = ClientHandshake("c1", "n1", "s3cret", expect_node="n0", nonce=lambda: CNONCE)
     s = ServerHandshake("c1", "n0", b"s3cret", nonce=lambda: NONCE)
     assert run(c, s) == [Op.HELLO, Op.AUTH]
-    assert c.state is s.state is State.ESTABLISHED
+    assert c.state is s.state is State.ESTABLISHED and (c.peer_id, s.peer_id) == ("n0", "n1")
 
 
-def test_proof_is_hmac_sha256_over_nonce_cluster_node():
-    expected = hmac.new(b"k", NONCE + b"c1" + b"n1", hashlib.sha256).digest()
-    assert proof("k", NONCE, "c1", "n1") == expected
+def test_macs_are_hmac_sha256_over_role_version_cluster_both_ids_both_nonces_and_groups():
+    from quorumlog.net.hello import CLIENT_ROLE, SERVER_ROLE, mac
+
+    def field(b: bytes) -> bytes:
+        return len(b).to_bytes(4, "big") + b
+
+    groups = {"g1": "bbbb", "g0": "aaaa"}  # a peer's: one more field, in group order
+    for role in (CLIENT_ROLE, SERVER_ROLE):
+        head = [b"quorumlog hello", role.encode(), (2).to_bytes(2, "big"), b"c1", b"n1", b"n0", CNONCE, NONCE]
+        peer = field(b"g0") + field(b"aaaa") + field(b"g1") + field(b"bbbb")
+        for g, tail in ((groups, [peer]), (None, []), ({}, [b""])):
+            expected = hmac.new(b"k", b"".join(field(x) for x in head + tail), hashlib.sha256).digest()
+            assert mac("k", role, version=2, cluster="c1", client_id="n1", server_id="n0", client_nonce=CNONCE,
+                       server_nonce=NONCE, groups=g) == expected
+    assert (CLIENT_ROLE, SERVER_ROLE) == ("client->server", "server->client")
+
+
+def _auth(s: ServerHandshake, client_nonce: bytes, proof: bytes) -> object:
+    return s.receive(Op.AUTH, schemas.AUTH_REQUEST.encode(client_nonce, proof))
+
+
+# Each field of a MAC, and a value for it that is right in another session: a relay or a reflection.
+SWAPS = [("role", "server->client"), ("client_id", "n2"), ("server_id", "n2"), ("client_nonce", NONCE),
+         ("server_nonce", CNONCE), ("cluster", "c2"), ("version", 3), ("groups", {"g0": "aaaa000000000000"})]
+
+
+@pytest.mark.parametrize("name, value", SWAPS, ids=[n for n, _ in SWAPS])
+def test_the_clients_proof_is_bound_to_role_ids_nonces_and_cluster(name, value):
+    """The server takes the client's MAC only over its own role, both ids, both nonces, the cluster (and
+    version and groups): the same MAC with any one of them swapped is refused."""
+    from quorumlog.net.hello import CLIENT_ROLE, mac
+
+    fields = dict(role=CLIENT_ROLE, version=2, cluster="c1", client_id="n1", server_id="n0", client_nonce=CNONCE,
+                  server_nonce=NONCE, groups=None)
+
+    def attempt(**f: object) -> ServerHandshake:
+        s = ServerHandshake("c1", "n0", "k", nonce=lambda: NONCE)
+        assert not s.receive(*ClientHandshake("c1", "n1").start()).close
+        role = f.pop("role")
+        reply = _auth(s, CNONCE, mac("k", role, **f))  # type: ignore[arg-type]
+        assert schemas.AUTH_RESPONSE.decode(reply.body).code == (
+            ResponseCode.SUCCESS if s.state is State.ESTABLISHED else ResponseCode.UNEXPECTED_MEMBER)
+        return s
+
+    assert attempt(**fields).state is State.ESTABLISHED
+    fields[name] = value
+    s = attempt(**fields)
+    assert s.state is State.FAILED and "authentication failed" in s.reason
+
+
+@pytest.mark.parametrize("name, value", SWAPS, ids=[n for n, _ in SWAPS])
+def test_the_servers_proof_is_bound_to_role_ids_nonces_and_cluster(name, value):
+    """The client takes the server's MAC only over the server's role, both ids, both nonces and the
+    cluster: its own proof reflected back (the role swapped), or a proof of another session, fails."""
+    from quorumlog.net.errors import UnverifiedPeerError
+    from quorumlog.net.hello import SERVER_ROLE, mac
+
+    fields = dict(role=SERVER_ROLE, version=2, cluster="c1", client_id="n1", server_id="n0", client_nonce=CNONCE,
+                  server_nonce=NONCE, groups=None)
+
+    def attempt(**f: object) -> ClientHandshake:
+        c = ClientHandshake("c1", "n1", "k", expect_node="n0", nonce=lambda: CNONCE)
+        c.start()
+        step = c.receive(Op.HELLO, schemas.HELLO_RESPONSE.encode(200, "", 2, "n0", NONCE, True))
+        assert step is not None and step[0] == Op.AUTH
+        role = f.pop("role")
+        c.receive(Op.AUTH, schemas.AUTH_RESPONSE.encode(200, "", mac("k", role, **f)))  # type: ignore[arg-type]
+        return c
+
+    assert attempt(**fields).state is State.ESTABLISHED
+    fields[name] = "client->server" if name == "role" else value  # the role swapped: the client's own
+    with pytest.raises(UnverifiedPeerError, match="did not prove") as ei:
+        attempt(**fields)
+    assert ei.value.code == ResponseCode.UNEXPECTED_MEMBER
+
+
+def test_the_clients_own_proof_reflected_back_is_refused():
+    """A relay that answers the client's AUTH with the client's own MAC (same key, same fields)."""
+    from quorumlog.net.errors import UnverifiedPeerError
+
+    c = ClientHandshake("c1", "n1", "k", expect_node="n0", nonce=lambda: CNONCE)
+    c.start()
+    op, body = c.receive(Op.HELLO, schemas.HELLO_RESPONSE.encode(200, "", 2, "n0", NONCE, True)) or (0, b"")
+    own = schemas.AUTH_REQUEST.decode(body).proof
+    with pytest.raises(UnverifiedPeerError, match="did not prove"):
+        c.receive(Op.AUTH, schemas.AUTH_RESPONSE.encode(200, "", own))
+    assert c.state is State.FAILED
+
+
+def test_a_server_other_than_the_dialled_node_is_refused_before_any_proof():
+    c = ClientHandshake("c1", "n1", "k", expect_node="n1x")
+    s = ServerHandshake("c1", "n2", "k")
+    sent: list[Op] = []
+    with pytest.raises(HandshakeError, match="dialled n1x but the node answering is 'n2'") as ei:
+        step = c.start()
+        while step is not None:
+            sent.append(step[0])
+            reply = s.receive(*step)
+            step = c.receive(reply.op, reply.body)
+    assert sent == [Op.HELLO] and c.state is State.FAILED  # no proof was made for the wrong node
+    assert ei.value.code == ResponseCode.UNEXPECTED_MEMBER
+    # Without a secret the id is still checked (a claim only, but a wrong address shows).
+    with pytest.raises(HandshakeError, match="dialled n1x"):
+        run(ClientHandshake("c1", "n1", expect_node="n1x"), ServerHandshake("c1", "n2"))
+
+
+@pytest.mark.parametrize("secret", [None, "k"])
+def test_a_hello_claiming_the_servers_own_id_is_refused(secret):
+    s = ServerHandshake("c1", "n0", secret, groups=G_OK)
+    reply = s.receive(*ClientHandshake("c1", "n0", secret, groups=G_OK).start())
+    assert reply.close and s.state is State.FAILED
+    r = schemas.HELLO_RESPONSE.decode(reply.body)
+    assert r.code == ResponseCode.UNEXPECTED_MEMBER and r.nonce == b"" and not r.auth_required
+    assert r.reason == "HELLO claims this node's own id 'n0'"
+
+
+def test_a_client_holding_a_secret_refuses_a_server_that_does_not_authenticate():
+    c = ClientHandshake("c1", "n1", "x")
+    with pytest.raises(HandshakeError, match="node 'n0' does not authenticate") as ei:
+        run(c, ServerHandshake("c1", "n0"))
+    assert c.state is State.FAILED and ei.value.code == ResponseCode.UNEXPECTED_MEMBER
+    from quorumlog.net.errors import UnverifiedPeerError
+
+    assert isinstance(ei.value, UnverifiedPeerError)  # the other end's fault: a client tries another node
+    # A server that asks for the client's proof and then answers without one of its own.
+    c = ClientHandshake("c1", "n1", "x")
+    c.start()
+    c.receive(Op.HELLO, schemas.HELLO_RESPONSE.encode(200, "", 2, "n0", NONCE, True))
+    with pytest.raises(UnverifiedPeerError, match="did not prove"):
+        c.receive(Op.AUTH, schemas.AUTH_RESPONSE.encode(200, "", b""))
+    assert c.state is State.FAILED
 
 
 def test_wrong_secret_refused_with_reason():
@@ -63,26 +192,43 @@ def test_missing_secret_on_client():
         run(ClientHandshake("c1", "n1"), ServerHandshake("c1", "n0", "right"))
 
 
-def test_client_secret_but_open_server_still_connects():
-    c = ClientHandshake("c1", "n1", "x")
-    assert run(c, ServerHandshake("c1", "n0")) == [Op.HELLO]
-
-
 def test_wrong_cluster():
     with pytest.raises(HandshakeError, match="wrong cluster 'other'") as ei:
         run(ClientHandshake("other", "n1"), ServerHandshake("c1", "n0"))
     assert ei.value.code == ResponseCode.METADATA_ERROR
 
 
-def test_version_negotiation_and_refusal():
-    s = ServerHandshake("c1", "n0", versions=frozenset({1, 2}))
+def test_version_negotiation():
+    s = ServerHandshake("c1", "n0", versions=frozenset({2, 3}))
     c = ClientHandshake("c1", "n1", version=5)
     run(c, s)
-    assert c.version == s.version == 2
+    assert c.version == s.version == 3
     s = ServerHandshake("c1", "n0", versions=frozenset({3, 4}))
-    with pytest.raises(HandshakeError, match="version 2 unsupported") as ei:
+    with pytest.raises(HandshakeError, match="peer speaks handshake version 2; this node requires 3") as ei:
         run(ClientHandshake("c1", "n1", version=2), s)
     assert ei.value.code == ResponseCode.UNSUPPORTED
+
+
+@pytest.mark.parametrize("secret", [None, "k"])
+def test_a_node_of_the_previous_version_is_refused_with_a_message_that_says_so(secret):
+    """A version-1 node's HELLO (the same layout as today's) is refused at once, and the refusal keeps the
+    HELLO response layout that version 1 reads, so the old node logs the reason."""
+    s = ServerHandshake("c1", "n0", secret, groups=G_OK)
+    reply = s.receive(Op.HELLO, schemas.HELLO_PEER_REQUEST.encode(1, "c1", "n1", G_OK))
+    assert reply.close and s.state is State.FAILED
+    r = schemas.HELLO_RESPONSE.decode(reply.body)
+    assert r.code == ResponseCode.UNSUPPORTED and r.nonce == b"" and not r.auth_required
+    assert r.reason == "peer speaks handshake version 1; this node requires 2: upgrade every node"
+    # As a version-1 client shows it.
+    with pytest.raises(HandshakeError, match="peer speaks handshake version 1; this node requires 2: upgrade every"):
+        run(ClientHandshake("c1", "n1", secret, version=1), ServerHandshake("c1", "n0", secret))
+    # And a node of version 1 answering a new client (it picks version 1, the highest it speaks).
+    c = ClientHandshake("c1", "n1", secret, expect_node="n0")
+    c.start()
+    with pytest.raises(HandshakeError, match="node 'n0' speaks handshake version 1; this client requires 2: "
+                                             "upgrade every node") as ei:
+        c.receive(Op.HELLO, schemas.HELLO_RESPONSE.encode(200, "", 1, "n0", NONCE if secret else b"", bool(secret)))
+    assert ei.value.code == ResponseCode.UNSUPPORTED and c.state is State.FAILED
 
 
 def test_server_refuses_anything_before_hello_and_auth():
@@ -211,9 +357,33 @@ def test_a_token_proves_its_own_secret_and_gets_its_permissions():
     ("client", "r-secret"),  # a token's secret offered as the cluster's
 ])
 def test_token_refusals(node_id, proof_key):
+    from quorumlog.net.hello import CLIENT_ROLE, mac
+
     s = ServerHandshake("c1", "n0", "cluster", tokens=TOKENS, nonce=lambda: NONCE)
-    assert s.receive(Op.HELLO, schemas.HELLO_REQUEST.encode(1, "c1", node_id)).close is False
-    p = proof(proof_key, NONCE, "c1", node_id) if proof_key else b""
-    reply = s.receive(Op.AUTH, schemas.AUTH_REQUEST.encode(p))
+    assert s.receive(Op.HELLO, schemas.HELLO_REQUEST.encode(2, "c1", node_id)).close is False
+    p = mac(proof_key, CLIENT_ROLE, version=2, cluster="c1", client_id=node_id, server_id="n0",
+            client_nonce=CNONCE, server_nonce=NONCE) if proof_key else b""
+    reply = _auth(s, CNONCE, p)
     assert reply.close and s.state is State.FAILED and "authentication failed" in reply.reason
     assert s.permissions is None
+
+
+def test_a_token_client_checks_the_node_with_its_token_secret():
+    """The node proves itself to a token's client with that token's secret; a relay to a node that does not
+    know the token (or to another node than the one dialled) fails like a wrong cluster secret does."""
+    from quorumlog.net.errors import UnverifiedPeerError
+    from quorumlog.net.hello import token_client_id
+
+    c = ClientHandshake("c1", token_client_id("reader"), "r-secret", expect_node="n0", nonce=lambda: CNONCE)
+    s = ServerHandshake("c1", "n0", "cluster", tokens=TOKENS, nonce=lambda: NONCE)
+    assert run(c, s) == [Op.HELLO, Op.AUTH] and c.state is s.state is State.ESTABLISHED
+    # A node that proves with another key (the cluster's) than the token's is no proof to this client.
+    c = ClientHandshake("c1", token_client_id("reader"), "r-secret", nonce=lambda: CNONCE)
+    c.start()
+    c.receive(Op.HELLO, schemas.HELLO_RESPONSE.encode(200, "", 2, "n0", NONCE, True))
+    from quorumlog.net.hello import SERVER_ROLE, mac
+
+    wrong = mac("cluster", SERVER_ROLE, version=2, cluster="c1", client_id="client:reader", server_id="n0",
+                client_nonce=CNONCE, server_nonce=NONCE)
+    with pytest.raises(UnverifiedPeerError, match="did not prove"):
+        c.receive(Op.AUTH, schemas.AUTH_RESPONSE.encode(200, "", wrong))

@@ -19,7 +19,7 @@ from quorumlog import AsyncClient, Client, UnknownGroupError, UnknownMemberError
 from quorumlog.errors import ResponseCode
 from quorumlog.net.connection import connect
 from quorumlog.net.errors import ConnectionClosedError
-from quorumlog.net.frames import ONEWAY, REQUEST, encode_frame
+from quorumlog.net.frames import ONEWAY, PROTOCOL_VERSION, REQUEST, encode_frame
 from quorumlog.net.ops import Op
 from quorumlog.net.schemas import GOODBYE, HELLO_REQUEST
 from quorumlog.server.cluster import free_ports
@@ -46,7 +46,7 @@ def _recv_all(sock: socket.socket, timeout: float = 10.0) -> bytes:
 
 
 def _hello(sock: socket.socket, node_id: str = "client") -> None:
-    sock.sendall(encode_frame(REQUEST, Op.HELLO, 1, HELLO_REQUEST.encode(1, "quorumlog", node_id)))
+    sock.sendall(encode_frame(REQUEST, Op.HELLO, 1, HELLO_REQUEST.encode(PROTOCOL_VERSION, "quorumlog", node_id)))
     sock.settimeout(5)
     head = sock.recv(4)
     (length,) = struct.unpack(">I", head)

@@ -7,6 +7,9 @@
         for e in c.read(0, 1000): ...     # committed entries only
         c.metadata()                      # leader, term, members, per-node indexes
 
+An endpoint may name its node, "n0=127.0.0.1:9000" (as a group's `peers` do): the node answering there
+must then be n0, as must the members at the addresses METADATA names (docs/security.md).
+
 The client finds the leader through METADATA, follows NOT_LEADER redirects, and retries with back-off
 across a leader change until `retry_timeout`. Appends are pipelined: concurrent calls share one
 connection and many requests may be in flight.

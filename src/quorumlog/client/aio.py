@@ -25,7 +25,14 @@ from ..errors import (
 from ..ha.epochs import promotion_epoch
 from ..net.bodies import Schema, decode_response, decode_response_view
 from ..net.connection import Connection, connect
-from ..net.errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError, ResponseError
+from ..net.errors import (
+    ConnectionClosedError,
+    HandshakeError,
+    ProtocolError,
+    RequestTimeoutError,
+    ResponseError,
+    UnverifiedPeerError,
+)
 from ..net.frames import ONEWAY, Frame
 from ..net.hello import CLIENT_ID, token_client_id
 from ..net.ops import Op
@@ -53,7 +60,7 @@ from ..net.schemas import (
     UNTAIL_REQUEST,
 )
 from .producer import PRODUCER_WINDOW, Producer
-from .results import _BATCH_ANSWER, AppendResult, Metadata, _split, parse_endpoints
+from .results import _BATCH_ANSWER, AppendResult, Metadata, _split, endpoint_ids, parse_endpoints
 
 T = TypeVar("T")
 
@@ -77,6 +84,8 @@ class AsyncClient:
                  retry_uncertain: bool = True, connect_timeout: float = 2.0, idempotent: bool = True,
                  producer_id: int | None = None, max_in_flight: int = PRODUCER_WINDOW) -> None:
         self.endpoints = parse_endpoints(endpoints)
+        # The node each address must be ("n1=host:port" endpoints); METADATA adds the members' addresses.
+        self.node_ids: dict[str, str] = endpoint_ids(endpoints)
         self.group = group
         self.cluster = cluster
         self.secret = secret
@@ -132,12 +141,23 @@ class AsyncClient:
             pending.add_done_callback(lambda _f: self._connecting.pop(addr, None))
         return await asyncio.shield(pending)
 
+    def expected_node(self, addr: str) -> str | None:
+        """The node id the node at `addr` must have: given with the endpoints ("n1=host:port"), or learnt
+        from a node's METADATA (the group's members and their addresses); None when unknown."""
+        node = self.node_ids.get(addr)
+        if node is None:
+            named = [nid for nid, a in self.peers.items() if a == addr]
+            node = named[0] if len(named) == 1 else None
+        return node
+
     async def _open(self, addr: str) -> Connection:
         if self._closed:
             raise ConnectionClosedError("client is closed")
         host, port = _split(addr)
+        # The node answering must be the one this address belongs to, when the client knows it: else a
+        # relay could pass the client's handshake on to another node.
         conn = await connect(host, port, cluster=self.cluster, node_id=self.node_id, secret=self.secret,
-                             handler=self._on_frame, ssl=self.tls,
+                             handler=self._on_frame, ssl=self.tls, expect_node=self.expected_node(addr),
                              timeout=self.connect_timeout, on_close=self._on_close, eager=True)
         self._conns[addr] = conn
         return conn
@@ -197,8 +217,8 @@ class AsyncClient:
                 if isinstance(r, BaseException):
                     if isinstance(r, ResponseError | HandshakeError) and r.code == ResponseCode.UNKNOWN_GROUP:
                         raise error_for(r.code, r.reason if isinstance(r, ResponseError) else str(r))
-                    if isinstance(r, HandshakeError):
-                        raise r
+                    if isinstance(r, HandshakeError) and not isinstance(r, UnverifiedPeerError):
+                        raise r  # refused by a node: retrying will not help (an impostor may be one address)
                     last = r
                 elif r.leader is not None and (best is None or r.term > best.term):
                     best = r
@@ -257,7 +277,7 @@ class AsyncClient:
                 elif code not in _RETRY:
                     raise error_for(code, e.reason, e.leader, e.detail) from None
                 err: QuorumLogError = e
-            except (ConnectionClosedError, OSError, RequestTimeoutError) as e:
+            except (ConnectionClosedError, OSError, RequestTimeoutError, UnverifiedPeerError) as e:
                 self._leader_addr = None
                 if sent and not uncertain_ok:
                     raise AppendUncertainError(f"connection to {addr} lost with the request in flight: {e}",
@@ -467,7 +487,7 @@ class AsyncClient:
                 break
             except ResponseError as e:
                 raise error_for(e.code, e.reason, e.leader) from None
-            except (ConnectionClosedError, OSError, RequestTimeoutError) as e:
+            except (ConnectionClosedError, OSError, RequestTimeoutError, UnverifiedPeerError) as e:
                 last = e
         if r is None:
             raise LeaderUnavailableError(f"no node answered METADATA: {last}", ResponseCode.NETWORK_ERROR)

@@ -34,14 +34,33 @@ class Metadata:
 
 
 def parse_endpoints(endpoints: str | Sequence[str]) -> list[str]:
-    items = endpoints.split(",") if isinstance(endpoints, str) else list(endpoints)
-    out = [e.strip() for e in items if e.strip()]
+    """The "host:port" addresses of a comma-separated list (or a sequence); an item may name the node it
+    reaches, "n1=host:port" (as a group's `peers` do): see endpoint_ids."""
+    out = [addr for _node, addr in _endpoint_items(endpoints)]
     if not out:
         raise QuorumLogError("no endpoints given", ResponseCode.UNEXPECTED_ARGUMENT)
-    for e in out:
-        host, _, port = e.rpartition(":")
-        if not host or not port.isdigit():
-            raise QuorumLogError(f"bad endpoint {e!r}: expected host:port", ResponseCode.UNEXPECTED_ARGUMENT)
+    return out
+
+
+def endpoint_ids(endpoints: str | Sequence[str]) -> dict[str, str]:
+    """{address: node id} of the items given as "id=host:port": the node a client reaches there must be that
+    one (it names that id in HELLO, and proves it with the secret), else the connection is refused."""
+    return {addr: node for node, addr in _endpoint_items(endpoints) if node is not None}
+
+
+def _endpoint_items(endpoints: str | Sequence[str]) -> list[tuple[str | None, str]]:
+    items = endpoints.split(",") if isinstance(endpoints, str) else list(endpoints)
+    out: list[tuple[str | None, str]] = []
+    for item in (e.strip() for e in items):
+        if not item:
+            continue
+        name, sep, rest = item.partition("=")
+        node, addr = (name.strip(), rest.strip()) if sep else (None, item)
+        host, _, port = addr.rpartition(":")
+        if not host or not port.isdigit() or node == "":
+            raise QuorumLogError(f"bad endpoint {item!r}: expected host:port or node=host:port",
+                                 ResponseCode.UNEXPECTED_ARGUMENT)
+        out.append((node, addr))
     return out
 
 

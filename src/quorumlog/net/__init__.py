@@ -6,7 +6,14 @@ See docs/protocol.md for the byte-level specification.
 from .bodies import Schema, decode_response, encode_error
 from .connection import Connection, Handler, connect
 from .endpoint import Endpoint
-from .errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError, ResponseError
+from .errors import (
+    ConnectionClosedError,
+    HandshakeError,
+    ProtocolError,
+    RequestTimeoutError,
+    ResponseError,
+    UnverifiedPeerError,
+)
 from .frames import (
     DEFAULT_MAX_FRAME_BYTES,
     ONEWAY,
@@ -27,5 +34,5 @@ __all__ = [
     "DEFAULT_MAX_FRAME_BYTES", "DLEDGER_CODES", "ONEWAY", "PROTOCOL_VERSION", "REQUEST", "RESPONSE",
     "Connection", "ConnectionClosedError", "Endpoint", "Frame", "FrameDecoder", "FrameWriter", "Handler",
     "HandshakeError", "Kind", "Op", "ProtocolError", "RequestTimeoutError", "ResponseError", "Schema",
-    "Server", "connect", "decode_response", "encode_error", "encode_frame", "run", "serve",
+    "Server", "UnverifiedPeerError", "connect", "decode_response", "encode_error", "encode_frame", "run", "serve",
 ]

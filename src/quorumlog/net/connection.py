@@ -560,17 +560,21 @@ async def connect(host: str, port: int, *, cluster: str, node_id: str = CLIENT_I
                   max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, timeout: float | None = 5.0,
                   max_inflight: int = 4096, on_close: Callable[[Connection], None] | None = None,
                   groups: Mapping[str, str] | None = None, outbox: Outbox | None = None,
-                  expect_identity: str | None = None, eager: bool = False) -> Connection:
-    """Open a connection and complete HELLO (and AUTH when the server wants a proof).
+                  expect_identity: str | None = None, expect_node: str | None = None,
+                  eager: bool = False) -> Connection:
+    """Open a connection and complete HELLO (and AUTH, both ways, when the server wants a proof).
 
     A node connecting to a peer passes `groups` ({group: members digest}, see hello.py).
-    With TLS and `expect_identity`, the server's certificate must name that id (tls.py).
+    With TLS and `expect_identity`, the server's certificate must name that id (tls.py). With
+    `expect_node`, the node answering must name that id in HELLO (and prove it, with a secret).
     Raises OSError or ConnectionClosedError when the server cannot be reached, HandshakeError when it
-    refuses us (wrong version, cluster, secret or member list), RequestTimeoutError when it does not
-    answer in time.
+    refuses us (wrong version, cluster, secret or member list), UnverifiedPeerError (a HandshakeError)
+    when it is not the node it should be (another id, no authentication while we hold a secret, no or
+    a wrong proof), RequestTimeoutError when it does not answer in time.
     """
     loop = asyncio.get_running_loop()
-    hs = ClientHandshake(cluster, node_id, secret, version=max(SUPPORTED_VERSIONS), groups=groups)
+    hs = ClientHandshake(cluster, node_id, secret, version=max(SUPPORTED_VERSIONS), groups=groups,
+                         expect_node=expect_node)
 
     def factory() -> Connection:
         return Connection(handler=handler, max_frame_bytes=max_frame_bytes, max_inflight=max_inflight,

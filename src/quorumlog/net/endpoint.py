@@ -10,7 +10,7 @@ import ssl as ssl_module
 from collections.abc import Callable, Mapping
 
 from .connection import Connection, Handler, connect
-from .errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError
+from .errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError, UnverifiedPeerError
 from .frames import DEFAULT_MAX_FRAME_BYTES, Body, Frame
 from .hello import CLIENT_ID
 from .outbox import Outbox
@@ -26,8 +26,8 @@ class Endpoint:
     connection drops fails with ConnectionClosedError, and the caller decides (an append may not be
     safe to repeat). A HandshakeError (wrong cluster, version, secret or member list) is raised to
     waiters at once; the endpoint keeps retrying at `backoff_max` in case the other side is reconfigured,
-    logging each distinct refusal once. A node's link to a peer passes `groups` (see hello.py) and
-    `name` (the peer's id, for log lines).
+    logging each distinct refusal once. A node's link to a peer passes `groups` (see hello.py),
+    `name` (the peer's id, for log lines) and `expect_node` (that id: the node answering must be it).
     """
 
     def __init__(self, host: str, port: int, *, cluster: str, node_id: str = CLIENT_ID,
@@ -38,13 +38,13 @@ class Endpoint:
                  on_connect: Callable[[Connection], None] | None = None,
                  rng: random.Random | None = None, groups: Mapping[str, str] | None = None,
                  name: str | None = None, outbox: Outbox | None = None,
-                 expect_identity: str | None = None) -> None:
+                 expect_identity: str | None = None, expect_node: str | None = None) -> None:
         self.host, self.port = host, port
         self.name = f"peer {name} ({host}:{port})" if name else f"endpoint {host}:{port}"
         self._connect_args = dict(cluster=cluster, node_id=node_id, secret=secret, handler=handler, ssl=ssl,
                                   server_hostname=server_hostname, max_frame_bytes=max_frame_bytes,
                                   timeout=connect_timeout, groups=groups, outbox=outbox,
-                                  expect_identity=expect_identity)
+                                  expect_identity=expect_identity, expect_node=expect_node)
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
         self._on_connect = on_connect
@@ -85,11 +85,13 @@ class Endpoint:
                 conn = await connect(self.host, self.port, **self._connect_args)  # type: ignore[arg-type]
             except HandshakeError as e:
                 self.refusals += 1
+                # UnverifiedPeerError: we refused the other end (not the node dialled, or no proof of it).
+                what = "failed the handshake" if isinstance(e, UnverifiedPeerError) else "refused us"
                 if str(e) != self._logged_refusal:
                     self._logged_refusal = str(e)
-                    log.warning("%s refused us: %s", self.name, e)
+                    log.warning("%s %s: %s", self.name, what, e)
                 else:
-                    log.debug("%s refused us again: %s", self.name, e)
+                    log.debug("%s %s again: %s", self.name, what, e)
                 self.last_error = e
                 delay = self._backoff_max
             except (OSError, ConnectionClosedError, ProtocolError, RequestTimeoutError) as e:

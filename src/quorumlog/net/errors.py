@@ -44,6 +44,12 @@ class HandshakeError(QuorumLogError):
     """The HELLO exchange failed: wrong version, cluster or secret. Retrying will not help."""
 
 
+class UnverifiedPeerError(HandshakeError):
+    """The other end of a connection we opened is not the node it should be: it names another id than
+    the one dialled, does not authenticate although we hold a secret, or did not prove the key. An
+    impostor, a relay or a wrong address: nothing was sent after HELLO, and other nodes may do."""
+
+
 class ResponseError(QuorumLogError):
     """The peer answered with a code other than SUCCESS; `leader` is its leader hint, if any."""
 

@@ -23,7 +23,8 @@ from typing import NamedTuple
 
 from .errors import ProtocolError
 
-PROTOCOL_VERSION = 1
+# 2: the mutual HELLO (hello.py); a node of version 1 is refused at HELLO with a reason it can read.
+PROTOCOL_VERSION = 2
 SUPPORTED_VERSIONS: frozenset[int] = frozenset({PROTOCOL_VERSION})
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 # From this size a body is handed to the kernel as it is (writev) rather than joined into one buffer.

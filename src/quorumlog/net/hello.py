@@ -1,22 +1,35 @@
 """The HELLO handshake as two pure state machines (no I/O): bodies in, bodies out.
 
-    client                                   server
+Protocol version 2: a mutual challenge. Both sides send a fresh 32-byte nonce and each proves the key with
+an HMAC-SHA256 that names its role, both ids, both nonces, the cluster, the version and the dialler's
+groups (mac() below), so a proof is good for one direction of one connection between two named ends:
+
+    dialler (client or peer)                    responder (the node dialled)
     HELLO(version, cluster, node_id[, groups])   ->
-                                       <-    HELLO response(code, reason, version, server id, nonce, auth_required)
-    AUTH(HMAC-SHA256(secret, nonce || cluster || node_id))   ->      (only when auth_required)
-                                       <-    AUTH response(code, reason)
+                                       <-    HELLO response(code, reason, version, node_id, Ns, auth_required)
+    AUTH(Nc, MAC(key, "client->server", ...))    ->      (only when auth_required)
+                                       <-    AUTH response(code, reason, MAC(key, "server->client", ...))
+
+The dialler checks the HELLO response before it proves anything: a node that names another id than the
+one dialled (`expect_node`), or that does not authenticate while the dialler holds a key, is refused
+(UnverifiedPeerError), and so is an AUTH response without the node's own proof. The responder refuses a
+HELLO that claims its own id. Nothing is handled before both proofs: a relay that hands the handshake to
+another node, or back to the dialler's own node, fails it.
 
 A refusal (wrong version, cluster or proof, or any other operation first) is a response with a
 non-SUCCESS code and a reason, after which the server closes the connection. The HELLO bodies keep
-this layout in every protocol version, so peers of different versions can always tell each other why.
+this layout in every protocol version, so peers of different versions can always tell each other why:
+a node of version 1 (the one-sided proof) is refused at HELLO with "peer speaks handshake version 1; this
+node requires 2: upgrade every node", and a dialler answered in version 1 gives up with the same words.
 
 A node connecting to a peer adds `groups`, {group: members_digest} for each group it hosts; the server
 refuses (METADATA_ERROR) when a group both host has another digest on its side: two nodes with
 different member lists count different majorities and must never talk Raft. Clients send no groups.
 
-The proof's key is the cluster's shared secret, which peers and clients with every permission know, or
-a client token's own secret: such a client names itself "client:<token>" and gets that token's
-permissions per group ("read", "append", "admin"; "*" for every group), which the node enforces.
+The key is the cluster's shared secret, which peers and clients with every permission know, or a client
+token's own secret: such a client names itself "client:<token>" and gets that token's permissions per
+group ("read", "append", "admin"; "*" for every group), which the node enforces; the node proves itself
+to that client with the token's secret.
 """
 
 from __future__ import annotations
@@ -27,15 +40,20 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any, NoReturn
 
 from ..errors import ResponseCode
 from .bodies import unpack
-from .errors import HandshakeError, ProtocolError
+from .errors import HandshakeError, ProtocolError, UnverifiedPeerError
 from .frames import PROTOCOL_VERSION, SUPPORTED_VERSIONS
 from .ops import Op, op_name
 from .schemas import AUTH_REQUEST, AUTH_RESPONSE, HELLO_PEER_REQUEST, HELLO_REQUEST, HELLO_RESPONSE
 
 NONCE_BYTES = 32
+# The role a MAC is made in: a dialler's proof is never a responder's, nor the other way round.
+CLIENT_ROLE = "client->server"
+SERVER_ROLE = "server->client"
+_MAC_DOMAIN = b"quorumlog hello"
 CLIENT_ID = "client"
 TOKEN_PREFIX = "client:"  # a client authenticating with a named token: "client:<name>"
 # What a connection may do: {group or "*": permissions}; None is every permission (a peer, or a client
@@ -67,12 +85,48 @@ def _key(secret: str | bytes | None) -> bytes | None:
     return secret.encode() if isinstance(secret, str) else bytes(secret)
 
 
-def proof(secret: str | bytes, nonce: bytes, cluster: str, node_id: str) -> bytes:
-    """HMAC-SHA256(secret, nonce || cluster || node_id); the nonce has a fixed length."""
+def _field(b: bytes) -> bytes:
+    return len(b).to_bytes(4, "big") + b
+
+
+def mac(secret: str | bytes, role: str, *, version: int, cluster: str, client_id: str, server_id: str,
+        client_nonce: bytes, server_nonce: bytes, groups: Mapping[str, str] | None = None) -> bytes:
+    """HMAC-SHA256(secret, the length-prefixed fields "quorumlog hello", role, version (u16), cluster, client id,
+    server id, client nonce, server nonce[, groups]): each a u32 big-endian length and the bytes (strings
+    UTF-8); `groups`, a peer's {group: members digest}, is one more field of length-prefixed names and
+    digests in name order, absent for a client. `role` is CLIENT_ROLE for the dialler's proof and
+    SERVER_ROLE for the responder's."""
     key = _key(secret)
     if key is None:
         raise ValueError("empty secret")
-    return hmac.new(key, nonce + cluster.encode() + node_id.encode(), hashlib.sha256).digest()
+    parts = [_MAC_DOMAIN, role.encode(), version.to_bytes(2, "big"), cluster.encode(), client_id.encode(),
+             server_id.encode(), client_nonce, server_nonce]
+    if groups is not None:
+        parts.append(b"".join(_field(g.encode()) + _field(groups[g].encode()) for g in sorted(groups)))
+    return hmac.new(key, b"".join(map(_field, parts)), hashlib.sha256).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """What both MACs of one handshake cover (besides the role)."""
+
+    version: int
+    cluster: str
+    client_id: str
+    server_id: str
+    client_nonce: bytes
+    server_nonce: bytes
+    groups: Mapping[str, str] | None
+
+    def mac(self, key: bytes, role: str) -> bytes:
+        return mac(key, role, version=self.version, cluster=self.cluster, client_id=self.client_id,
+                   server_id=self.server_id, client_nonce=self.client_nonce, server_nonce=self.server_nonce,
+                   groups=self.groups)
+
+
+def version_refusal(theirs: int, ours: int, who: str = "peer", we: str = "node") -> str:
+    """The reason a handshake of an older protocol version is refused with (on either side)."""
+    return f"{who} speaks handshake version {theirs}; this {we} requires {ours}: upgrade every node"
 
 
 def decode_hello(body: bytes | bytearray | memoryview) -> tuple[int, str, str, dict[str, str] | None]:
@@ -158,7 +212,7 @@ class ServerHandshake:
         return self._fail(Op.HELLO, body, reason)
 
     def _refuse(self, op: Op, code: ResponseCode, reason: str) -> Reply:
-        return self._fail(op, AUTH_RESPONSE.encode(int(code), reason), reason)
+        return self._fail(op, AUTH_RESPONSE.encode(int(code), reason, b""), reason)
 
     def _fail(self, op: Op, body: bytes, reason: str) -> Reply:
         self.state = State.FAILED
@@ -174,16 +228,16 @@ class ServerHandshake:
         version, cluster, node_id, self.peer_groups = decode_hello(body)
         self.peer_id = node_id
         usable = [v for v in self._versions if v <= version]
-        if not usable:
-            return self._refuse_hello(
-                CODE_BAD_VERSION, f"protocol version {version} unsupported; this node speaks "
-                f"{min(self._versions)}..{max(self._versions)}")
+        if not usable:  # below every version this node speaks (above them it picks its highest)
+            return self._refuse_hello(CODE_BAD_VERSION, version_refusal(version, min(self._versions)))
         self.version = max(usable)
         if cluster != self.cluster:
             return self._refuse_hello(
                 CODE_BAD_CLUSTER, f"wrong cluster {cluster!r}: this node is in {self.cluster!r}")
         if not node_id:
             return self._refuse_hello(CODE_BAD_AUTH, "empty node id")
+        if node_id == self.node_id:  # its own dial relayed back to it, or a stranger posing as it
+            return self._refuse_hello(CODE_BAD_AUTH, f"HELLO claims this node's own id {node_id!r}")
         if self.identity is not None and node_id != self.identity:
             return self._refuse_hello(CODE_BAD_AUTH, f"HELLO names {node_id!r} but the TLS certificate names "
                                                      f"{self.identity!r}")
@@ -203,41 +257,61 @@ class ServerHandshake:
 
     def _on_auth(self, body: bytes | bytearray | memoryview) -> Reply:
         auth = AUTH_REQUEST.decode(body)
-        assert self.peer_id is not None
+        assert self.peer_id is not None and self.version is not None
+        if len(auth.nonce) != NONCE_BYTES:
+            return self._refuse(Op.AUTH, CODE_BAD_AUTH, f"AUTH nonce of {len(auth.nonce)} bytes, expected "
+                                                        f"{NONCE_BYTES}")
         key, permissions = self._key, None
         if self.peer_id.startswith(TOKEN_PREFIX) and self.peer_groups is None:
             key, permissions = self._tokens.get(self.peer_id[len(TOKEN_PREFIX):], (None, None))
+        t = Transcript(self.version, self.cluster, self.peer_id, self.node_id, bytes(auth.nonce), self._nonce,
+                       self.peer_groups)
         # An unknown token fails as a wrong secret does: the refusal does not tell which tokens exist.
-        if key is None or not hmac.compare_digest(proof(key, self._nonce, self.cluster, self.peer_id), auth.proof):
+        if key is None or not hmac.compare_digest(t.mac(key, CLIENT_ROLE), auth.proof):
             what = "token" if self.peer_id.startswith(TOKEN_PREFIX) else "shared secret"
-            return self._refuse(Op.AUTH, CODE_BAD_AUTH, f"authentication failed: wrong {what}")
+            return self._refuse(Op.AUTH, CODE_BAD_AUTH, f"authentication failed: wrong {what}, or a proof "
+                                                        f"made for another node or connection")
         self.permissions = permissions
         # Compared only now: an unauthenticated stranger learns nothing of this node's groups.
         reason = self._members_reason()
         if reason is not None:
             return self._refuse(Op.AUTH, CODE_BAD_MEMBERS, reason)
         self.state = State.ESTABLISHED
-        return Reply(Op.AUTH, AUTH_RESPONSE.encode(int(ResponseCode.SUCCESS), ""))
+        # This node's own proof, with the same key: the dialler checks it before it sends anything else.
+        return Reply(Op.AUTH, AUTH_RESPONSE.encode(int(ResponseCode.SUCCESS), "", t.mac(key, SERVER_ROLE)))
 
 
 class ClientHandshake:
     """Client side: start() gives the HELLO body; feed each response to receive() until established.
 
     receive() returns the next (op, body) to send, or None once the connection is established;
-    it raises HandshakeError (carrying the server's code and reason) on a refusal. A node connecting to
+    it raises HandshakeError (carrying the server's code and reason) on a refusal, and UnverifiedPeerError
+    (a HandshakeError) when the other end is not the node it should be: another id than `expect_node`,
+    no authentication while this side holds a secret, or a missing or wrong proof. A node connecting to
     a peer passes `groups`, {group: members digest} of every group it hosts; a client passes none.
+    `nonce` makes tests deterministic.
     """
 
     def __init__(self, cluster: str, node_id: str = CLIENT_ID, secret: str | bytes | None = None, *,
-                 version: int = PROTOCOL_VERSION, groups: Mapping[str, str] | None = None) -> None:
+                 version: int = PROTOCOL_VERSION, groups: Mapping[str, str] | None = None,
+                 expect_node: str | None = None, min_version: int = min(SUPPORTED_VERSIONS),
+                 nonce: Callable[[], bytes] = lambda: os.urandom(NONCE_BYTES)) -> None:
         self.cluster = cluster
         self.node_id = node_id
         self._key = _key(secret)
         self.groups = None if groups is None else dict(groups)
         self.proposed_version = version
+        self.min_version = min(min_version, version)
+        self.expect_node = expect_node
+        self._nonce_source = nonce
+        self._transcript: Transcript | None = None  # what both proofs cover, once the HELLO response is in
         self.state = State.AWAIT_HELLO
         self.version: int | None = None
         self.peer_id: str | None = None
+
+    @property
+    def _we(self) -> str:
+        return "client" if self.groups is None else "node"
 
     def start(self) -> tuple[Op, bytes]:
         """The HELLO request."""
@@ -248,38 +322,66 @@ class ClientHandshake:
     def receive(self, op: int, body: bytes | bytearray | memoryview) -> tuple[Op, bytes] | None:
         """Process the response to the last request sent."""
         if self.state is State.AWAIT_HELLO and op == Op.HELLO:
-            r = HELLO_RESPONSE.decode(body)
-            if r.code != ResponseCode.SUCCESS:
-                self._refused(r.code, r.reason)
-            if r.version > self.proposed_version:
-                self.state = State.FAILED
-                raise ProtocolError(f"server chose version {r.version}, above the proposed "
-                                    f"{self.proposed_version}")
-            self.version = r.version
-            self.peer_id = r.node_id
-            if not r.auth_required:
-                self.state = State.ESTABLISHED
-                return None
-            if self._key is None:
-                self.state = State.FAILED
-                raise HandshakeError(f"node {r.node_id!r} requires a shared secret and none is configured",
-                                     CODE_BAD_AUTH)
-            if len(r.nonce) != NONCE_BYTES:
-                self.state = State.FAILED
-                raise ProtocolError(f"HELLO nonce of {len(r.nonce)} bytes, expected {NONCE_BYTES}")
-            self.state = State.AWAIT_AUTH
-            return Op.AUTH, AUTH_REQUEST.encode(proof(self._key, r.nonce, self.cluster, self.node_id))
+            return self._on_hello(HELLO_RESPONSE.decode(body))
         if self.state is State.AWAIT_AUTH and op == Op.AUTH:
             a = AUTH_RESPONSE.decode(body)
             if a.code != ResponseCode.SUCCESS:
                 self._refused(a.code, a.reason)
+            assert self._key is not None and self._transcript is not None
+            if not hmac.compare_digest(self._transcript.mac(self._key, SERVER_ROLE), a.proof):
+                what = "its token's secret" if self.node_id.startswith(TOKEN_PREFIX) else "the shared secret"
+                self._unverified(f"node {self.peer_id!r} did not prove that it knows {what}: not a node of "
+                                 f"cluster {self.cluster!r} (an impostor, or a relay to another node)")
             self.state = State.ESTABLISHED
             return None
         state = self.state
         self.state = State.FAILED
         raise ProtocolError(f"unexpected {op_name(op)} response in handshake state {state.value}")
 
-    def _refused(self, code: int, reason: str) -> None:
+    def _on_hello(self, r: Any) -> tuple[Op, bytes] | None:
+        if r.code != ResponseCode.SUCCESS:
+            self._refused(r.code, r.reason)
+        if r.version > self.proposed_version:
+            self.state = State.FAILED
+            raise ProtocolError(f"server chose version {r.version}, above the proposed {self.proposed_version}")
+        if r.version < self.min_version:  # a node of an older version: it would take the old, one-sided proof
+            self.state = State.FAILED
+            raise HandshakeError(version_refusal(r.version, self.min_version, f"node {r.node_id!r}", self._we),
+                                 CODE_BAD_VERSION)
+        self.version = r.version
+        self.peer_id = r.node_id
+        if self.expect_node is not None and r.node_id != self.expect_node:
+            self._unverified(f"dialled {self.expect_node} but the node answering is {r.node_id!r}: a wrong "
+                             "address in the configuration, or a relay")
+        if r.node_id == self.node_id:
+            self._unverified(f"the node answering claims this {self._we}'s own id {r.node_id!r}: a relay of "
+                             "this connection back to its own node")
+        if not r.auth_required:
+            if self._key is not None:
+                self._unverified(f"node {r.node_id!r} does not authenticate (auth_required is false) but this "
+                                 f"{self._we} holds a secret: refusing a node that cannot prove it is one")
+            self.state = State.ESTABLISHED
+            return None
+        if self._key is None:
+            self.state = State.FAILED
+            raise HandshakeError(f"node {r.node_id!r} requires a shared secret and none is configured",
+                                 CODE_BAD_AUTH)
+        if len(r.nonce) != NONCE_BYTES:
+            self.state = State.FAILED
+            raise ProtocolError(f"HELLO nonce of {len(r.nonce)} bytes, expected {NONCE_BYTES}")
+        nonce = self._nonce_source()
+        if len(nonce) != NONCE_BYTES:
+            raise ValueError(f"nonce must be {NONCE_BYTES} bytes")
+        t = self._transcript = Transcript(r.version, self.cluster, self.node_id, r.node_id, nonce, bytes(r.nonce),
+                                          self.groups)
+        self.state = State.AWAIT_AUTH
+        return Op.AUTH, AUTH_REQUEST.encode(nonce, t.mac(self._key, CLIENT_ROLE))
+
+    def _unverified(self, reason: str) -> NoReturn:
+        self.state = State.FAILED
+        raise UnverifiedPeerError(reason, CODE_BAD_AUTH)
+
+    def _refused(self, code: int, reason: str) -> NoReturn:
         self.state = State.FAILED
         try:
             rc = ResponseCode(code)

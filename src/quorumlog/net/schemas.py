@@ -62,8 +62,9 @@ HELLO_PEER_REQUEST = Schema("HelloRequest", (*HELLO_REQUEST.fields, ("groups", M
 # Always this layout, whatever the code, so the client can show the reason of a refusal.
 HELLO_RESPONSE = _resp(Op.HELLO, ("reason", STR), ("version", U16), ("node_id", NODE_ID), ("nonce", BYTES),
                        ("auth_required", BOOL), generic_errors=False)
-AUTH_REQUEST = _req(Op.AUTH, ("proof", BYTES))
-AUTH_RESPONSE = _resp(Op.AUTH, ("reason", STR), generic_errors=False)
+# Version 2 (hello.py): the dialler's nonce and proof; the responder's proof (empty in a refusal).
+AUTH_REQUEST = _req(Op.AUTH, ("nonce", BYTES), ("proof", BYTES))
+AUTH_RESPONSE = _resp(Op.AUTH, ("reason", STR), ("proof", BYTES), generic_errors=False)
 GOODBYE = register(Op.GOODBYE, Kind.ONEWAY, Schema("Goodbye", [("code", INT), ("reason", STR)]))
 
 # --- client operations ------------------------------------------------------------------------------

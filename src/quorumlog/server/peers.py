@@ -52,7 +52,7 @@ class PeerLinks:
             self.links[pid] = Endpoint(host, port, cluster=cluster, node_id=node_id, secret=secret,
                                        max_frame_bytes=max_frame_bytes, connect_timeout=2.0,
                                        backoff_initial=0.02, backoff_max=0.5, groups=dict(groups or {}),
-                                       name=pid, outbox=outbox)
+                                       name=pid, outbox=outbox, expect_node=pid)
 
     def use_tls(self, ctx: SSLContext) -> None:
         """Connect to every peer over TLS with this node's certificate; each peer's must name that peer."""

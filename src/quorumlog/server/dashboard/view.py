@@ -111,7 +111,8 @@ class ClusterView:
             # The node's own identity and credentials: with mutual TLS its certificate names it.
             ep = Endpoint(host, port, cluster=cfg.cluster, node_id=self.node.node_id, secret=cfg.secret,
                           max_frame_bytes=cfg.max_frame_bytes, connect_timeout=STATUS_TIMEOUT_S,
-                          backoff_initial=0.05, backoff_max=1.0, name=f"{member} (dashboard)")
+                          backoff_initial=0.05, backoff_max=1.0, name=f"{member} (dashboard)",
+                          expect_node=member)
             if cfg.tls_cert is not None:
                 from ...tls import client_context
 
