@@ -379,11 +379,12 @@ class NodeServer:
         ctl = perms is not None and needs == ("append",) and name in self.controller_groups
         if ctl or (perms is not None and not any(allowed(perms, name, n) for n in needs)):
             what = "append to a controller group (only peers and the cluster's secret may)" if ctl else \
-                f"{'/'.join(needs)} in group {name!r}"
+                "/".join(needs)
             who = conn.peer_id if conn else "?"
             self.events.record(REFUSAL, f"permission denied: {who} may not {what}",
                                name if name in self.groups else None)
-            raise PermissionDeniedError(f"{who} may not {what} (node {self.node_id}): nothing was done")
+            raise PermissionDeniedError(f"{who} may not {what} in group {name!r} (node {self.node_id}): nothing "
+                                        "was done")
         g = self.groups.get(name)
         if g is None:
             raise UnknownGroupError(f"group {name!r} is not hosted by node {self.node_id}")
