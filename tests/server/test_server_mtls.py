@@ -69,3 +69,27 @@ def test_mutual_tls_cluster(cluster_factory: Any, certs: Path) -> None:
     asyncio.run(impersonate())
     assert cert_identity({"subjectAltName": (("URI", "quorumlog:n7"),), "subject": ()}) == "n7"
     assert cert_identity({"subject": ((("commonName", "n8"),),)}) == "n8" and cert_identity(None) is None
+
+
+def test_a_controlled_primary_backup_group_under_mutual_tls(cluster_factory: Any, certs: Path) -> None:
+    """Issue 34, item 7: the controller's commands went through a client built without TLS, so under mutual
+    TLS a member that did not lead the controller group could record nothing: a primary elected there was
+    never confirmed, and a dead primary never replaced. Commands now travel over the peer links, which carry
+    the nodes' certificates. Each member in turn leads the data group, and its takeover is recorded
+    whichever member leads the controller group; after its process is killed, another takes over."""
+    ha = {"ack": "sync", "controller": "ctl", "ha_heartbeat_interval_ms": 200, "ha_ack_timeout_ms": 800,
+          "failover_timeout_ms": 800}
+    cluster = cluster_factory(nodes=3, tls_dir=certs, replication="primary-backup", ha=ha)
+    tls = client_context(certs / "ca.pem", certs / "client.pem", certs / "client.key")
+    with Client(cluster.endpoints, group="g0", tls=tls, retry_timeout=30) as c:
+        first = c.append(b"before")
+        for target in ("n1", "n2"):  # promotions make each member the primary in turn
+            assert c.promote(target)[0] == target
+            assert c.append(target.encode()).index > first.index
+        primary = c.metadata(with_nodes=False).leader
+        assert primary == "n2"
+        cluster.kill(2)
+        after = c.append(b"after the failover")  # retried until the controller elected an in-sync backup
+        assert c.metadata(with_nodes=False).leader in ("n0", "n1")
+        assert [e.body for e in c.read(first.index, 4)] == [b"before", b"n1", b"n2", b"after the failover"]
+        assert after.index == first.index + 3

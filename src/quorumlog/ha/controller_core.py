@@ -52,6 +52,18 @@ LOST_LOG_EVERY_MS = 10_000
 SNAPSHOT_EVERY = 64
 
 
+@dataclass(frozen=True, slots=True)
+class ControllerProposal:
+    """A command for the controller group, sent over the peer link to the member this node takes for that
+    group's leader (server/controller.py); a member that no longer leads drops it, and the proposer's next
+    tick proposes again if it still applies."""
+
+    group: str
+    sender: str
+    target: str
+    body: bytes
+
+
 @dataclass(slots=True)
 class Actions:
     """What one tick decided, for the driver to carry out in this order."""

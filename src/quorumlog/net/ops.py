@@ -37,6 +37,7 @@ class Op(IntEnum):
     # Primary/backup (HA) frames, between a primary and its backups.
     HA_REPORT = 40  # backup -> primary: its max offset (direction 0), or its handshake (1)
     HA_TRANSFER = 41  # primary -> backup: offset, size and raw log bytes or a heartbeat (0), or a cut (1)
+    CONTROLLER_PROPOSE = 42  # a controller command, to the node taken for the controller group's leader
 
 
 VALID_OPS: frozenset[int] = frozenset(int(o) for o in Op)

@@ -152,4 +152,7 @@ PEER_MESSAGES: dict[tuple[int, int], Schema] = {
                                                           ("begin_chain", Int(0, (1 << 32) - 1, "chain")),
                                                           ("begin_term", TERM),
                                                           ("answers", Int(0, I64_MAX, "digest")))),
+    # A controller command for the controller group's leader (ha/controller_core.py): only its members send it.
+    (Op.CONTROLLER_PROPOSE, PEER_REQUEST): Schema("ControllerProposal", (("group", GROUP), ("sender", NODE_ID),
+                                                                        ("target", NODE_ID), ("body", BYTES))),
 }

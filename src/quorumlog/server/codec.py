@@ -14,6 +14,7 @@ import dataclasses
 import operator
 from typing import Any
 
+from ..ha.controller_core import ControllerProposal
 from ..ha.messages import HaHandshake, HaMessage, HaReport, HaTransfer, HaTruncate
 from ..net.bodies import unpack
 from ..net.errors import ProtocolError
@@ -48,6 +49,7 @@ _ROUTES: dict[type, tuple[Op, int]] = {
     HaHandshake: (Op.HA_REPORT, PEER_RESPONSE),
     HaTransfer: (Op.HA_TRANSFER, PEER_REQUEST),
     HaTruncate: (Op.HA_TRANSFER, PEER_RESPONSE),
+    ControllerProposal: (Op.CONTROLLER_PROPOSE, PEER_REQUEST),
 }
 _CLASSES: dict[tuple[int, int], type] = {route: cls for cls, route in _ROUTES.items()}
 PEER_OPS = frozenset(int(op) for op, _ in _ROUTES.values())
@@ -62,7 +64,7 @@ for _cls, _route in _ROUTES.items():
     _GETTERS[_cls] = operator.attrgetter(*_names)
 
 
-PeerMessage = Message | HaMessage
+PeerMessage = Message | HaMessage | ControllerProposal
 HA_MESSAGES = (HaHandshake, HaReport, HaTransfer, HaTruncate)
 
 

@@ -6,19 +6,20 @@ The record is ha/record.py's state machine over the controller group's committed
 with it is ha/controller_core.py's, pure, which the primary/backup simulator runs too. This module drives
 that core on the node's event loop: it ticks it with the node's groups, applies the Readies it returns to
 the groups, appends its commands (on the controller group's leader through the local group at once, else
-through a client to the leader), logs its notes, and answers operators' promotions through the record.
+over the peer link to the leader: no client, so no credential of its own), logs its notes, and answers
+operators' promotions through the record.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgpack
 
-from ..errors import QuorumLogError, ResponseCode
-from ..ha.controller_core import ControllerCore
+from ..errors import ResponseCode
+from ..ha.controller_core import ControllerCore, ControllerProposal
 from ..ha.record import Assignment, encode_election
 from ..net.connection import Connection
 from ..net.frames import Frame
@@ -41,7 +42,6 @@ class Controller:
         self.core = ControllerCore(node.node_id, {
             g.name: (g.ha.controller, list(g.peers), g.ha) for g in node.cfg.groups if g.ha.controller is not None})
         self.managed = self.core.managed  # primary/backup group -> its controller group
-        self._clients: dict[str, Any] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def assignment(self, group: str) -> Assignment:
@@ -66,28 +66,26 @@ class Controller:
         for ctl, body in actions.proposals:
             self._propose(ctl, body)
 
-    def _propose(self, ctl: str, body: bytes) -> None:
+    def _propose(self, ctl: str, body: bytes) -> bool:
+        """Append `body` to the controller group here if this node leads it, else send it over the peer link
+        to the member this node takes for the leader (authenticated as any peer message: the cluster's
+        secret, or mutual TLS). False when no leader is known: the core proposes again later."""
         cg = self.node.groups.get(ctl)
-        if cg is not None and cg.propose_local(body):  # this node leads the controller group
-            return
-        task = asyncio.create_task(self._append(ctl, body))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        if cg is None:
+            return False
+        if cg.propose_local(body):
+            return True
+        leader = cg.leader_id
+        if leader is None or leader == self.node.node_id:
+            return False
+        self.node.send_peer(ControllerProposal(ctl, self.node.node_id, leader, body))
+        return True
 
-    async def _append(self, ctl: str, body: bytes) -> None:
-        client = self._clients.get(ctl)
-        if client is None:
-            from ..client import AsyncClient
-
-            cfg = self.node.cfg
-            peers = next(g.peers for g in cfg.groups if g.name == ctl)
-            client = AsyncClient(",".join(peers.values()), group=ctl, cluster=cfg.cluster, secret=cfg.secret,
-                                 idempotent=False, retry_timeout=2.0, request_timeout=2.0)
-            self._clients[ctl] = client
-        try:
-            await client.append(body)
-        except (QuorumLogError, OSError) as e:
-            log.info("controller %s: proposal not recorded (will retry): %s", ctl, e)
+    def on_proposal(self, cg: Group, p: ControllerProposal) -> None:
+        """A member's command for controller group `cg`: appended if this node leads it, else dropped (its
+        proposer's next tick proposes it again if it still applies)."""
+        if cg.name in self.core.states:
+            cg.propose_local(p.body)
 
     def promote(self, conn: Connection, f: Frame, g: Group, target: str, force: bool) -> None:
         """An operator's promotion of `target`, through the record: answered once it is applied here.
@@ -131,8 +129,11 @@ class Controller:
                 return
             # Made from this version of the record: a change to it meanwhile (an in-sync change) voids the
             # election, and it is made again from the new one.
-            await self._append(self.managed[group], encode_election(group, a, target, set(a.isr)))
-            while loop.time() < deadline and self.assignment(group).version == a.version:
+            if not self._propose(self.managed[group], encode_election(group, a, target, set(a.isr))):
+                await asyncio.sleep(0.05)  # no controller leader known yet
+                continue
+            again = min(deadline, loop.time() + 0.5)  # (a command sent to a leader that just lost its place is lost)
+            while loop.time() < again and self.assignment(group).version == a.version:
                 await asyncio.sleep(0.01)
         conn.respond_error(f, ResponseCode.TIMEOUT, f"group {group}: the controller did not record the promotion "
                            f"in {PROMOTE_WAIT_S:.0f}s", None)
@@ -140,5 +141,3 @@ class Controller:
     async def close(self) -> None:
         for t in list(self._tasks):
             t.cancel()
-        for c in self._clients.values():
-            await c.close()

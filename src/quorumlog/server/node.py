@@ -21,6 +21,7 @@ from typing import Any
 from ..config import NodeConfig, is_loopback
 from ..core.replica import PRIMARY_BACKUP
 from ..errors import CorruptEntryError, QuorumLogError, ResponseCode
+from ..ha.controller_core import ControllerProposal
 from ..net.bodies import unpack
 from ..net.connection import Connection, HandlerResult
 from ..net.errors import ProtocolError
@@ -367,6 +368,8 @@ class NodeServer:
     def _send(self, m: PeerMessage) -> None:
         self.links.send(m)
 
+    send_peer = _send  # (the controller's commands to the controller group's leader)
+
     # -- frames ------------------------------------------------------------------------------------
     def _on_close(self, conn: Connection) -> None:
         self.tails.drop_connection(conn)
@@ -529,6 +532,10 @@ class NodeServer:
             reason = f"{conn.peer_id!r} is not a member of group {g.name} (message from {msg.sender!r})"
             log.warning("closing connection %r: %s", conn, reason)
             conn.close(reason, goodbye=ResponseCode.UNKNOWN_MEMBER)
+            return
+        if type(msg) is ControllerProposal:  # from a member of the controller group: its leader appends it
+            if self.controller is not None and msg.target == self.node_id:
+                self.controller.on_proposal(g, msg)
             return
         if isinstance(msg, HA_MESSAGES) != g.cfg.ha.primary_backup:
             kind = "primary/backup" if g.cfg.ha.primary_backup else "Raft"

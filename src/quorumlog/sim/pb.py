@@ -28,6 +28,7 @@ from ..core.appends import AppendRequest
 from ..core.driver import Driver
 from ..core.ready import APPEND, Completion, Ready
 from ..errors import CorruptEntryError, ResponseCode
+from ..ha.controller_core import ControllerProposal
 from ..ha.epochs import hand_back_to
 from ..ha.messages import FRAME_HEADER, HaHandshake, HaTransfer, unpack_epochs
 from ..ha.node import HaNode
@@ -38,7 +39,7 @@ from .cluster import SIM_MEMBER_TIMEOUT_MS, SIM_RAFT, SIM_RETENTION_MS, SIM_RETR
 from .network import LinkFaults, Network, partition_links
 from .nodes import FillableStore
 from .pb_checker import PbChecker
-from .pb_ctl import CTL, CTL_STORE, CtlProposal, CtlReplica, ReferenceRecord
+from .pb_ctl import CTL, CTL_STORE, CtlReplica, ReferenceRecord
 from .runner import SeedResult, run_cluster
 from .timeline import format_trace, window_phase
 
@@ -220,7 +221,7 @@ class PbCluster:
 
     def _send(self, msg: Any) -> None:
         if msg.group == CTL:
-            if not isinstance(msg, CtlProposal):
+            if not isinstance(msg, ControllerProposal):
                 self.ctl_checker.on_sent(msg)
         else:
             self.checker.on_sent(msg)
@@ -419,7 +420,7 @@ class PbCluster:
             if msg.group == CTL:
                 if m.ctl is None:
                     continue
-                if isinstance(msg, CtlProposal):
+                if isinstance(msg, ControllerProposal):
                     m.ctl.append(msg.body, self.time)
                 else:
                     m.ctl.apply(m.ctl.node.step(msg, self.time), self.time)

@@ -1,9 +1,9 @@
 """The controller in the primary/backup simulator (pb.py), as nodes run it: every member hosts a replica of
 the controller group (a real RaftNode over its own MemoryStore, with its own driver, flushes, term writes,
 checkpoints and expiry) and the node's ControllerCore (ha/controller_core.py), ticked as
-server/controller.py ticks it. A command goes to the controller group's leader as a node's client sends it
-(`CtlProposal`, over the simulated network: a partition cuts it off like any message), or is appended at
-once on the leader itself.
+server/controller.py ticks it. A command goes to the controller group's leader as a node sends it (a
+`ControllerProposal` over the simulated network: a partition cuts it off like any message), or is appended
+at once on the leader itself.
 
 The ground truth the checks compare with is `ReferenceRecord`: the record applied from the controller
 group's committed log as the Raft checker collects it (a second `Checker`, which also checks that group's
@@ -15,7 +15,6 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ..config import HaConfig, RaftConfig, StoreConfig
@@ -24,7 +23,7 @@ from ..core.driver import Driver
 from ..core.ready import Ready
 from ..core.role import Role
 from ..entry import HEADER, MAGIC_NORMAL
-from ..ha.controller_core import Actions, ControllerCore
+from ..ha.controller_core import Actions, ControllerCore, ControllerProposal
 from ..ha.node import HaNode
 from ..ha.record import Assignment, ControllerState
 from ..raft.node import RaftNode
@@ -35,16 +34,6 @@ CTL = "ctl"
 CTL_STORE = StoreConfig(data_segment_bytes=256, index_segment_bytes=1024, max_body_bytes=160,
                         file_reserved_hours=0)  # small segments: the controller's log expires often
 SNAPSHOT_EVERY = 8  # (the nodes' is 64: here snapshots, and logs that start after them, come often)
-
-
-@dataclass(frozen=True, slots=True)
-class CtlProposal:
-    """A controller command on its way to the node the sender takes for the controller group's leader."""
-
-    group: str
-    sender: str
-    target: str
-    body: bytes
 
 
 class CtlReplica:
@@ -83,7 +72,7 @@ class CtlReplica:
         if self.node.role == Role.LEADER:
             self.append(body, now)
         elif self.node.leader_id is not None:
-            self._send(CtlProposal(CTL, self.member, self.node.leader_id, body))
+            self._send(ControllerProposal(CTL, self.member, self.node.leader_id, body))
 
     def append(self, body: bytes, now: int) -> None:
         if self.node.role != Role.LEADER:
