@@ -138,6 +138,7 @@ class PbCluster:
                                self._start_persist)
 
     def crash(self, m: Member, until: int) -> None:
+        may_rot = self._one_storage_fault(m)  # (judged while it runs: the primary's wish for the record counts)
         m.node = m.driver = m.flush_at = m.persist_at = m.paused_until = None
         self.stats["crashes_losing_an_epoch"] += m.store.stable_unsaved
         if m.ctl is not None:
@@ -155,16 +156,19 @@ class PbCluster:
         self._trace(m.id, f"CRASH until {until}; durable end {m.store.end_index}")
         s, tr = m.store, self.tail_rng
         if ("tail" in self.faults and self.cfg.controller and tr.random() < 0.2 and s.checkpointed_end < s.end_index
-                and self._one_storage_fault(m)):  # rot at rest in its newest entries: cut as a torn tail
+                and may_rot):  # rot at rest in its newest entries: cut as a torn tail
             self.checker.tail_cut[m.id] = s.end_index
             s.rot_tail(tr.randint(s.checkpointed_end + 1, s.end_index))
             self.stats["tail_cuts"] += 1
             self._trace(m.id, f"TAIL: recovery will cut from entry {s.tail_cut} as torn")
 
     def _no_copy_lost(self) -> bool:
-        """No member lacks what it acknowledged, nor is about to: one lost copy at a time (wipe, rot, tail)."""
-        return not (self.checker.damaged or self.checker.tail_cut) and not any(
-            o.store.recovering or o.rot_pending for o in self.members.values())
+        """No member lacks what it acknowledged, nor is about to: one lost copy at a time (wipe, rot, tail),
+        in the controller group too (as the Raft simulator's wipes: a second lost store while another
+        recovers can leave it without a majority that holds what it committed)."""
+        return not (self.checker.damaged or self.checker.tail_cut or self.ctl_checker.damaged) and not any(
+            o.store.recovering or o.rot_pending or o.ctl_store.identity is None or o.ctl_store.recovering
+            or (o.ctl is not None and (o.ctl.node.recovering or o.ctl.node.joining)) for o in self.members.values())
 
     def _calm_at_rest(self) -> bool:
         """_no_copy_lost, the network whole and every member running (the wipe and rot faults)."""
@@ -377,6 +381,9 @@ class PbCluster:
                 self._apply(m, m.node.tick(t))
                 if m.ctl is not None:
                     m.ctl.apply(m.ctl.node.tick(t), t)
+                    cn = m.ctl.node
+                    if m.id in self.ctl_checker.damaged and not (cn.recovering or cn.joining or m.ctl_store.damage):
+                        self.ctl_checker.on_recovered(m.id)  # (its replica of the controller group caught up)
                     if t % POLL_MS == 0:
                         self._tick_controller(m)
                 if self.rng.random() < 0.03:

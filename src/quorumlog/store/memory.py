@@ -102,6 +102,8 @@ class MemoryStore:
 
     def set_identity(self, identity: str) -> None:
         check_token(identity, "identity")
+        if self._identity is None:  # as FileStore writes `currterm` first: an identity never outlives the
+            self.persist_stable()  # term and recovery flag a joining node took before it (raft/node.py _join)
         self._identity = identity
 
     # -- writes ------------------------------------------------------------------------------
