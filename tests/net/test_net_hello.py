@@ -19,9 +19,9 @@ NONCE = bytes(range(32))  # the server's
 CNONCE = bytes(range(32, 64))  # the client's
 
 
-def run(client: ClientHandshake, server: ServerHandshake) -> list[Op]:
-    """Drive both machines to the end; return the ops the client sent."""
-    sent = []
+def run(client: ClientHandshake, server: ServerHandshake, sent: list[Op] | None = None) -> list[Op]:
+    """Drive both machines to the end; return the ops the client sent (also into `sent`, kept if it raises)."""
+    sent = [] if sent is None else sent
     step = client.start()
     while step is not None:
         op, body = step
@@ -139,11 +139,7 @@ def test_a_server_other_than_the_dialled_node_is_refused_before_any_proof():
     s = ServerHandshake("c1", "n2", "k")
     sent: list[Op] = []
     with pytest.raises(HandshakeError, match="dialled n1x but the node answering is 'n2'") as ei:
-        step = c.start()
-        while step is not None:
-            sent.append(step[0])
-            reply = s.receive(*step)
-            step = c.receive(reply.op, reply.body)
+        run(c, s, sent)
     assert sent == [Op.HELLO] and c.state is State.FAILED  # no proof was made for the wrong node
     assert ei.value.code == ResponseCode.UNEXPECTED_MEMBER
     # Without a secret the id is still checked (a claim only, but a wrong address shows).
@@ -296,11 +292,7 @@ def test_member_digests_are_compared_only_after_the_proof():
     s = ServerHandshake("c1", "n0", "k", groups=G_OK, nonce=lambda: NONCE)
     sent: list[Op] = []
     with pytest.raises(HandshakeError, match="group g0 member list differs") as ei:
-        step = c.start()
-        while step is not None:
-            sent.append(step[0])
-            reply = s.receive(*step)
-            step = c.receive(reply.op, reply.body)
+        run(c, s, sent)
     assert sent == [Op.HELLO, Op.AUTH] and ei.value.code == ResponseCode.METADATA_ERROR
 
 

@@ -30,7 +30,7 @@ from ..store.memory import MemoryStore
 from .checker import Checker, InvariantViolation
 from .clients import Proposal, SimProducer
 from .network import LinkFaults, Network, partition_links, ring_links
-from .nodes import FillableStore, SimNode
+from .nodes import FillableStore, SimNode, start_persist
 from .timeline import format_trace, window_phase
 
 GROUP = "g0"
@@ -247,14 +247,7 @@ class Cluster:
             sim.driver.flushed(sim.store.flush(), sim.now(self.time))
 
     def _start_persist(self, sim: SimNode) -> None:
-        """The driver asks for the term and vote to be written: with disk faults it usually lands a few
-        steps later, the driver holding the node's messages meanwhile; a crash in between loses them."""
-        assert sim.driver is not None
-        if "disk" in self.faults and self.persist_rng.random() < 0.6:
-            sim.persist_at = self.time + self.persist_rng.randint(1, 3) * self.cfg.step_ms
-        else:
-            sim.store.persist_stable()
-            sim.driver.persisted()
+        start_persist(sim, self.faults, self.persist_rng, self.time, self.cfg.step_ms)
 
     def _send(self, m: Message) -> None:
         self.checker.on_sent(m)

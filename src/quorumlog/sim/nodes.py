@@ -3,8 +3,10 @@ memory store whose disk can be full (FillableStore)."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..core.driver import Driver
 from ..entry import MAGIC_NORMAL
@@ -53,3 +55,13 @@ class FillableStore(MemoryStore):
         if self.full:
             raise DiskFullError("simulated full disk")
         return super().append_encoded_metas(data)
+
+
+def start_persist(r: Any, faults: set[str], rng: random.Random, now: int, step_ms: int) -> None:
+    """A driver's term and vote write (`r` has store, driver and persist_at): with disk faults it usually
+    lands a few steps later, the driver holding the node's messages meanwhile; a crash in between loses it."""
+    if "disk" in faults and rng.random() < 0.6:
+        r.persist_at = now + rng.randint(1, 3) * step_ms
+    else:
+        r.store.persist_stable()
+        r.driver.persisted()

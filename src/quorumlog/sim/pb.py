@@ -37,7 +37,7 @@ from .checker import Checker, InvariantViolation, chain_at
 from .clients import Proposal, SimProducer
 from .cluster import SIM_MEMBER_TIMEOUT_MS, SIM_RAFT, SIM_RETENTION_MS, SIM_RETRY_MS
 from .network import LinkFaults, Network, partition_links
-from .nodes import FillableStore
+from .nodes import FillableStore, start_persist
 from .pb_checker import PbChecker
 from .pb_ctl import CTL, CTL_STORE, CtlReplica, ReferenceRecord
 from .runner import SeedResult, run_cluster
@@ -205,13 +205,7 @@ class PbCluster:
             r.driver.flushed(r.store.flush(), self.time)
 
     def _start_persist(self, r: Member | CtlReplica) -> None:
-        """As the Raft simulator's: the term (epoch) and vote usually land a few steps later, messages held."""
-        assert r.driver is not None
-        if "disk" in self.faults and self.persist_rng.random() < 0.6:
-            r.persist_at = self.time + self.persist_rng.randint(1, 3) * self.cfg.step_ms
-        else:
-            r.store.persist_stable()
-            r.driver.persisted()
+        start_persist(r, self.faults, self.persist_rng, self.time, self.cfg.step_ms)
 
     def _disk_due(self, r: Member | CtlReplica, t: int) -> None:
         """Complete the flush and the term write that are due."""
