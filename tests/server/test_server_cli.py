@@ -47,7 +47,10 @@ def test_append_read_tail_status_transfer(cluster_factory: Any) -> None:
     r = ql("tail", *eps, "-n", "2")
     assert r.stdout.splitlines() == ["four", "five"], r.stdout + r.stderr
 
-    follower = subprocess.Popen([*QL, "tail", "-f", *eps, "--from", str(first)], stdout=subprocess.PIPE, text=True)
+    # (Ctrl-C as a terminal sends it, even when this run was started in the background, which ignores SIGINT
+    # in every process it starts unless told otherwise.)
+    follower = subprocess.Popen([*QL, "tail", "-f", *eps, "--from", str(first)], stdout=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert follower.stdout is not None
         assert [follower.stdout.readline().strip() for _ in range(5)] == ["one", "two", "three", "four", "five"]
