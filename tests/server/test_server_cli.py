@@ -355,3 +355,21 @@ def test_bad_numbers_are_refused_in_one_line_before_anything_starts(args: list[s
     r = ql(*args, timeout=30)
     assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())
+
+
+def test_a_port_left_in_time_wait_by_a_stopped_node_counts_as_free() -> None:
+    """Issue 37, bug 3: restarting local-cluster right after Ctrl-C failed for about a minute with "port … is
+    not free: Address already in use": the check bound without SO_REUSEADDR while connections the old nodes
+    had closed sat in TIME-WAIT. It now judges a port as a node binds it; a port still listened on is taken."""
+    from quorumlog.server.cluster import port_taken
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = listener.accept()
+    assert port_taken(port) is not None  # listened on
+    accepted.close()  # the node closes first: its side of the connection waits in TIME-WAIT on `port`
+    time.sleep(0.05)
+    client.close()
+    listener.close()
+    assert port_taken(port) is None

@@ -7,6 +7,8 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
+import pytest
+
 from quorumlog.client import AppendResult, Client
 
 
@@ -50,3 +52,21 @@ def test_sync_client_from_many_threads(cluster_factory: Any) -> None:
         # Each caller got the index of its own body back.
         for body, index in list(results.items())[:50]:
             assert c.get(index).body == body
+
+
+def test_arguments_are_checked_before_anything_is_sent_or_drawn(cluster_factory: Any) -> None:
+    """Issue 37, bugs 1 and 2: a body the client refused still used up a sequence number, so the next valid
+    append failed OUT_OF_ORDER_SEQUENCE (UNKNOWN_PRODUCER on a fresh client); and a negative index went to
+    the server, which answered INDEX_LESS_THAN_LOCAL_BEGIN where a ValueError was promised."""
+    cluster = cluster_factory(nodes=1)
+    with Client(cluster.endpoints, retry_timeout=10) as c:
+        with pytest.raises(TypeError):
+            c.append("a str body")  # type: ignore[arg-type]
+        first = c.append(b"next")
+        with pytest.raises(TypeError):
+            c.append_many([b"fine", "not bytes"])  # type: ignore[list-item]
+        assert [r.index for r in c.append_many([b"a", b"b"])] == [first.index + 1, first.index + 2]
+        for call in (lambda: c.get(-1), lambda: list(c.read(-1, 2)), lambda: list(c.read(0, -1))):
+            with pytest.raises(ValueError, match="must not be negative"):
+                call()
+        assert c.get(first.index).body == b"next"

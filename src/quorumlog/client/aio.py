@@ -27,6 +27,8 @@ from ..net.bodies import Schema, decode_response, decode_response_view
 from ..net.connection import Connection, connect
 from ..net.errors import (
     ConnectionClosedError,
+    FieldTypeError,
+    FieldValueError,
     HandshakeError,
     ProtocolError,
     RequestTimeoutError,
@@ -328,6 +330,7 @@ class AsyncClient:
                     self.group, bodies, 0, -1, end)
             return await self._leader_call(op, plain, schema, uncertain_ok=self.retry_uncertain)
         layout = APPEND_PRODUCER_REQUEST if single else APPEND_BATCH_PRODUCER_REQUEST
+        _check_bodies(bodies)  # before a sequence is drawn: a refused call leaves the producer as it was
         loop = asyncio.get_running_loop()
         ids = self.producer
         producer, seq = await ids.take()
@@ -380,6 +383,7 @@ class AsyncClient:
 
     async def get(self, index: int) -> Entry:
         """The committed entry at `index` (IndexOutOfRangeError when it is not committed)."""
+        _check_index("index", index)
         r = await self._any_call(Op.GET, GET_REQUEST.encode(self.group, index), GET_RESPONSE)
         entries = _decode(r.entry, MAX_BODY_BYTES)
         if len(entries) != 1 or entries[0].index != index:
@@ -389,6 +393,7 @@ class AsyncClient:
     async def read_batch(self, start: int, max_entries: int = 10000, max_bytes: int = 4 << 20,
                          include_control: bool = False) -> tuple[list[Entry], int, int]:
         """One READ: (committed entries from `start`, the next index to ask for, the committed index)."""
+        _check_index("start", start)
         body = READ_REQUEST.encode(self.group, start, max_entries, max_bytes, include_control)
         r = await self._any_call(Op.READ, body, READ_RESPONSE)
         return _decode(r.entries, MAX_BODY_BYTES), r.next_index, r.committed_index
@@ -419,6 +424,8 @@ class AsyncClient:
     async def read(self, start: int, count: int, *, include_control: bool = False,
                    batch: int = 10000) -> AsyncIterator[Entry]:
         """Committed entries with indexes start..start+count-1 (fewer when the log ends first)."""
+        _check_index("start", start)
+        _check_index("count", count)
         end = start + count
         nxt = start
         while nxt < end:
@@ -639,3 +646,18 @@ def _check_answer(first_index: int, sent: int, positions: Sequence[int], idempot
     if first_index < 0 or not answered or positions[0] < 0 or (answered != sent and not idempotent):
         raise QuorumLogError(f"node answered an append of {sent} entries with {answered} positions from index "
                              f"{first_index}", ResponseCode.INCONSISTENT_STATE)
+
+
+def _check_index(name: str, value: int) -> None:
+    """A negative index or count is the caller's mistake: refused here, before anything is sent."""
+    if type(value) is not int:
+        raise FieldTypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if value < 0:
+        raise FieldValueError(f"{name} must not be negative, got {value}")
+
+
+def _check_bodies(bodies: bytes | list[bytes]) -> None:
+    """Every body bytes-like (the encoder would refuse it only after the producer drew a sequence)."""
+    for b in (bodies,) if isinstance(bodies, bytes | bytearray | memoryview) else bodies:
+        if not isinstance(b, bytes | bytearray | memoryview):
+            raise FieldTypeError(f"body: expected bytes, got {type(b).__name__}")

@@ -23,6 +23,18 @@ from typing import Any
 from ..errors import ConfigError
 
 
+def port_taken(port: int, host: str = "127.0.0.1") -> str | None:
+    """Why a node could not listen on `port`, or None: judged as the node binds (SO_REUSEADDR, as
+    asyncio's servers set it), so connections of a stopped run still in TIME-WAIT do not count."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            return e.strerror or str(e)
+    return None
+
+
 def free_ports(n: int) -> list[int]:
     """n distinct ports the OS considers free right now (bound to port 0, then released)."""
     socks = []
@@ -253,13 +265,10 @@ def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int,
         return 2
     for node in cluster.nodes:
         for port in (node.port, node.admin_port):
-            with socket.socket() as probe:
-                try:
-                    probe.bind(("127.0.0.1", port))
-                except OSError as e:
-                    errors.print(f"[red]quorumlog: error: port {port} is not free: {e.strerror}[/red]",
-                                 soft_wrap=True)
-                    return 2
+            taken = port_taken(port)
+            if taken is not None:
+                errors.print(f"[red]quorumlog: error: port {port} is not free: {taken}[/red]", soft_wrap=True)
+                return 2
     stop = False
 
     def on_signal(_sig: int, _frame: object) -> None:
