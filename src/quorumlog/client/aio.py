@@ -658,6 +658,9 @@ def _check_index(name: str, value: int) -> None:
 
 def _check_bodies(bodies: bytes | list[bytes]) -> None:
     """Every body bytes-like (the encoder would refuse it only after the producer drew a sequence)."""
-    for b in (bodies,) if isinstance(bodies, bytes | bytearray | memoryview) else bodies:
-        if not isinstance(b, bytes | bytearray | memoryview):
-            raise FieldTypeError(f"body: expected bytes, got {type(b).__name__}")
+    if isinstance(bodies, list):
+        for i, b in enumerate(bodies):
+            if not isinstance(b, bytes | bytearray | memoryview):
+                raise FieldTypeError(f"AppendBatchRequest.bodies[{i}]: expected bytes, got {type(b).__name__}")
+    elif not isinstance(bodies, bytes | bytearray | memoryview):
+        raise FieldTypeError(f"AppendRequest.body: expected bytes, got {type(bodies).__name__}")
