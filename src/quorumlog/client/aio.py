@@ -10,7 +10,7 @@ from ssl import SSLContext
 from typing import Any, TypeVar
 
 from ..config import MAX_BODY_BYTES
-from ..entry import Entry, check_entry, entry_at
+from ..entry import Entry
 from ..errors import (
     AppendUncertainError,
     InvalidArgumentError,
@@ -27,8 +27,6 @@ from ..net.bodies import Schema, decode_response, decode_response_view
 from ..net.connection import Connection, connect
 from ..net.errors import (
     ConnectionClosedError,
-    FieldTypeError,
-    FieldValueError,
     HandshakeError,
     ProtocolError,
     RequestTimeoutError,
@@ -61,6 +59,7 @@ from ..net.schemas import (
     TAIL_RESPONSE,
     UNTAIL_REQUEST,
 )
+from .checks import check_answer, check_bodies, check_index, decode, promotion_refusal
 from .producer import PRODUCER_WINDOW, Producer
 from .results import _BATCH_ANSWER, AppendResult, Metadata, _split, endpoint_ids, parse_endpoints
 
@@ -300,19 +299,19 @@ class AsyncClient:
         it is written only if the group's last client entry is that index (-1: none), else
         ExpectedEndMismatchError tells the actual one."""
         r = await self._append_call(Op.APPEND, body, APPEND_RESPONSE, expected_end)
-        _check_answer(r.index, 1, (r.pos,), False)
+        check_answer(r.index, 1, (r.pos,), False)
         return AppendResult(r.index, r.term, r.pos)
 
     async def append_many(self, bodies: Sequence[bytes], *, expected_end: int | None = None) -> list[AppendResult]:
         """Append entries as one request (one frame, one quorum wait); indexes are consecutive."""
         r = await self._append_call(Op.APPEND_BATCH, list(bodies), _BATCH_ANSWER, expected_end)
-        _check_answer(r.first_index, len(bodies), r.positions, self.idempotent)
+        check_answer(r.first_index, len(bodies), r.positions, self.idempotent)
         return [AppendResult(r.first_index + i, r.term, p) for i, p in enumerate(r.positions)]
 
     async def append_batch_raw(self, bodies: Sequence[bytes]) -> tuple[int, int]:
         """append_many without building per-entry results: (first index, count). For high-rate producers."""
         r = await self._append_call(Op.APPEND_BATCH, list(bodies), _BATCH_ANSWER, None)
-        _check_answer(r.first_index, len(bodies), r.positions, self.idempotent)
+        check_answer(r.first_index, len(bodies), r.positions, self.idempotent)
         return r.first_index, len(r.positions)
 
     async def _append_call(self, op: Op, bodies: bytes | list[bytes], schema: Schema,
@@ -330,7 +329,7 @@ class AsyncClient:
                     self.group, bodies, 0, -1, end)
             return await self._leader_call(op, plain, schema, uncertain_ok=self.retry_uncertain)
         layout = APPEND_PRODUCER_REQUEST if single else APPEND_BATCH_PRODUCER_REQUEST
-        _check_bodies(bodies)  # before a sequence is drawn: a refused call leaves the producer as it was
+        check_bodies(bodies)  # before a sequence is drawn: a refused call leaves the producer as it was
         loop = asyncio.get_running_loop()
         ids = self.producer
         producer, seq = await ids.take()
@@ -383,9 +382,9 @@ class AsyncClient:
 
     async def get(self, index: int) -> Entry:
         """The committed entry at `index` (IndexOutOfRangeError when it is not committed)."""
-        _check_index("index", index)
+        check_index("index", index)
         r = await self._any_call(Op.GET, GET_REQUEST.encode(self.group, index), GET_RESPONSE)
-        entries = _decode(r.entry, MAX_BODY_BYTES)
+        entries = decode(r.entry, MAX_BODY_BYTES)
         if len(entries) != 1 or entries[0].index != index:
             raise QuorumLogError(f"node answered GET {index} with something else", ResponseCode.INCONSISTENT_STATE)
         return entries[0]
@@ -393,10 +392,10 @@ class AsyncClient:
     async def read_batch(self, start: int, max_entries: int = 10000, max_bytes: int = 4 << 20,
                          include_control: bool = False) -> tuple[list[Entry], int, int]:
         """One READ: (committed entries from `start`, the next index to ask for, the committed index)."""
-        _check_index("start", start)
+        check_index("start", start)
         body = READ_REQUEST.encode(self.group, start, max_entries, max_bytes, include_control)
         r = await self._any_call(Op.READ, body, READ_RESPONSE)
-        return _decode(r.entries, MAX_BODY_BYTES), r.next_index, r.committed_index
+        return decode(r.entries, MAX_BODY_BYTES), r.next_index, r.committed_index
 
     async def read_raw(self, start: int, max_entries: int = 10000, max_bytes: int = 4 << 20, *,
                        node: str | None = None) -> tuple[bytes, int, int]:
@@ -424,8 +423,8 @@ class AsyncClient:
     async def read(self, start: int, count: int, *, include_control: bool = False,
                    batch: int = 10000) -> AsyncIterator[Entry]:
         """Committed entries with indexes start..start+count-1 (fewer when the log ends first)."""
-        _check_index("start", start)
-        _check_index("count", count)
+        check_index("start", start)
+        check_index("count", count)
         end = start + count
         nxt = start
         while nxt < end:
@@ -470,7 +469,7 @@ class AsyncClient:
                     push = await q.get()
                     if push is None:
                         break  # the connection closed: resubscribe elsewhere from nxt
-                    for entry in _decode(push.entries, MAX_BODY_BYTES):
+                    for entry in decode(push.entries, MAX_BODY_BYTES):
                         if entry.index >= nxt:
                             yield entry
                     nxt = max(nxt, push.next_index)
@@ -576,15 +575,9 @@ class AsyncClient:
             again = await self._group_doc(where[target])
             if again is not None and again.get("node") == target:
                 mine = again
-            held = _log_key(mine, acknowledged=False)
-            ahead = {n: d for n, d in docs.items() if n != target and _log_key(d, acknowledged=True) > held}
-            if ahead:
-                them = "; ".join(_describe_ahead(n, d) for n, d in sorted(ahead.items()))
-                raise PromoteError(
-                    f"group {self.group}: {target} is behind {them}, while {target}'s {_position(*held)}; "
-                    f"promoting it would lose what it lacks. Let it catch up and retry, or promote the most "
-                    f"up-to-date member; pass --force to promote {target} anyway and accept that loss",
-                    ResponseCode.EXPIRED_TERM)
+            behind = promotion_refusal(target, mine, docs)
+            if behind is not None:
+                raise PromoteError(f"group {self.group}: {behind}", ResponseCode.EXPIRED_TERM)
         addr = mine["peers"][target]
         try:
             body = PROMOTE_REQUEST.encode(self.group, target, epoch, force)
@@ -595,72 +588,4 @@ class AsyncClient:
         return r.primary or target, int(r.epoch)
 
 
-def _is_live_primary(d: dict[str, Any]) -> bool:
-    return d.get("role") == "leader" and bool(d.get("confirmed"))
-
-
-def _log_key(d: dict[str, Any], *, acknowledged: bool) -> tuple[int, int]:
-    """(last epoch, last index) of a member's log, to compare for a promotion. With `acknowledged`, a live
-    primary counts up to its committed index: nothing past it was acknowledged, and its producers wait
-    there, so a switchover under load is not refused for entries in flight."""
-    last = int(d.get("end_index", -1))
-    if acknowledged and _is_live_primary(d):
-        last = min(last, int(d.get("committed_index", last)))
-    return int(d.get("last_epoch", 0)), last
-
-
-def _position(last_epoch: int, last: int) -> str:
-    return "log is empty" if last < 0 else f"log ends at index {last} (last epoch {last_epoch})"
-
-
-def _describe_ahead(node: str, d: dict[str, Any]) -> str:
-    last_epoch, last = _log_key(d, acknowledged=True)
-    if _is_live_primary(d):
-        return f"{node}, the live primary (it acknowledged entries up to index {last}, last epoch {last_epoch})"
-    what = "the unconfirmed primary" if d.get("role") == "leader" else "backup"
-    return f"{what} {node} (its {_position(last_epoch, last)})"
-
-
-def _decode(buf: bytes, max_body: int) -> list[Entry]:
-    """Entries of a READ/GET/TAIL answer, each CRC-checked. The chain CRC is not followed from one entry
-    to the next: reads leave NOOP/CONFIG entries out, so consecutive entries need not be neighbours."""
-    out = []
-    off = 0
-    n = len(buf)
-    while off < n:
-        h = check_entry(buf, off, None, max_body)
-        out.append(entry_at(buf, off, h))
-        off += h[1]
-    return out
-
-
 __all__ = ["AppendResult", "AsyncClient", "Metadata", "NotLeaderError", "parse_endpoints"]
-
-
-def _check_answer(first_index: int, sent: int, positions: Sequence[int], idempotent: bool) -> None:
-    """A node's SUCCESS to an append names an index and a position for every entry sent: an answer that
-    does not would have callers pair entries with the wrong indexes. (With the idempotent producer, a
-    retry that the node recognises is answered with the entries the first attempt wrote, however many.)
-    O(1): the first position stands for the rest, which a node gives in ascending order."""
-    answered = len(positions)
-    if first_index < 0 or not answered or positions[0] < 0 or (answered != sent and not idempotent):
-        raise QuorumLogError(f"node answered an append of {sent} entries with {answered} positions from index "
-                             f"{first_index}", ResponseCode.INCONSISTENT_STATE)
-
-
-def _check_index(name: str, value: int) -> None:
-    """A negative index or count is the caller's mistake: refused here, before anything is sent."""
-    if type(value) is not int:
-        raise FieldTypeError(f"{name}: expected an int, got {type(value).__name__}")
-    if value < 0:
-        raise FieldValueError(f"{name} must not be negative, got {value}")
-
-
-def _check_bodies(bodies: bytes | list[bytes]) -> None:
-    """Every body bytes-like (the encoder would refuse it only after the producer drew a sequence)."""
-    if isinstance(bodies, list):
-        for i, b in enumerate(bodies):
-            if not isinstance(b, bytes | bytearray | memoryview):
-                raise FieldTypeError(f"AppendBatchRequest.bodies[{i}]: expected bytes, got {type(b).__name__}")
-    elif not isinstance(bodies, bytes | bytearray | memoryview):
-        raise FieldTypeError(f"AppendRequest.body: expected bytes, got {type(bodies).__name__}")
