@@ -51,6 +51,7 @@ class ResponseCode(IntEnum):
     TOO_MANY_CONNECTIONS = 507  # the node holds max_connections connections: try another node, or later
     OUT_OF_FILES = 508  # the node has no file descriptor left to open a segment: nothing written, retry
     PERMISSION_DENIED = 509  # the client's token lacks the permission for this group: nothing was done
+    TOO_MANY_SUBSCRIPTIONS = 510  # the connection holds max_tails_per_connection TAILs: nothing was started
     # Primary/backup mode (RocketMQ's names).
     FLUSH_SLAVE_TIMEOUT = 600
     SLAVE_NOT_AVAILABLE = 601

@@ -16,9 +16,9 @@ import msgpack
 
 from quorumlog import Client
 from quorumlog.errors import ResponseCode
-from quorumlog.net.frames import REQUEST, encode_frame
+from quorumlog.net.frames import REQUEST, RESPONSE, encode_frame
 from quorumlog.net.ops import Op
-from quorumlog.net.schemas import READ_REQUEST
+from quorumlog.net.schemas import READ_REQUEST, TAIL_REQUEST
 
 from .conftest import rss_mib
 from .test_server_robustness import _goodbye_reason, _hello, _recv_all, _still_serving
@@ -119,3 +119,38 @@ def _exactly(s: socket.socket, n: int) -> bytes:
         assert b, "the node closed the connection"
         buf += b
     return buf
+
+
+def test_tails_that_are_never_read_hold_to_the_output_limit(cluster_factory: Any) -> None:
+    """Each TAIL subscription waits on its connection's unsent bytes: four of them on a connection that
+    never reads hold about max_output_bytes_per_connection, not four copies of the log; a fifth TAIL past
+    max_tails_per_connection is refused with a reason."""
+    cluster = cluster_factory(nodes=1, node={"max_output_bytes_per_connection": 2 * MiB,
+                                             "max_tails_per_connection": 4})
+    _fill(cluster, 6000, 4096)  # 24 MiB of entries
+    pid = cluster.nodes[0].proc.pid
+    before = rss_mib(pid)
+    with socket.create_connection(("127.0.0.1", cluster.nodes[0].port)) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        _hello(s)
+        s.sendall(b"".join(encode_frame(REQUEST, Op.TAIL, 2 + i, TAIL_REQUEST.encode("g0", 0, False))
+                           for i in range(4)))
+        time.sleep(2.0)  # what the node would queue, it has by now
+        grown = rss_mib(pid) - before
+        assert grown < 40, f"the node grew by {grown:.0f} MiB for four tails that are not read"
+        assert _metric(cluster, "quorumlog_limit_hits_total", limit="output") >= 1
+        _still_serving(cluster.endpoints)
+    with socket.create_connection(("127.0.0.1", cluster.nodes[0].port)) as s:
+        _hello(s)
+        s.sendall(b"".join(encode_frame(REQUEST, Op.TAIL, 2 + i, TAIL_REQUEST.encode("g0", 6000, False))
+                           for i in range(5)))
+        s.settimeout(10)
+        codes = {}
+        while len(codes) < 5:
+            (length,) = struct.unpack(">I", _exactly(s, 4))
+            frame = _exactly(s, length)
+            if frame[2] == RESPONSE:
+                codes[int.from_bytes(frame[4:12], "big")] = msgpack.unpackb(frame[12:])
+        refused = [v for v in codes.values() if v[0] != ResponseCode.SUCCESS]
+        assert len(refused) == 1 and refused[0][0] == ResponseCode.TOO_MANY_SUBSCRIPTIONS, codes
+        assert "max_tails_per_connection" in refused[0][1]

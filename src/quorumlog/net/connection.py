@@ -279,10 +279,18 @@ class Connection(asyncio.Protocol):
                 self._release()
 
     async def drain(self) -> None:
-        """Wait until the transport's write buffer is below its high-water mark (backpressure)."""
+        """Wait until this connection's unsent bytes are within its output limit (backpressure).
+
+        Frames queued this turn are handed to the transport first when they alone pass the limit, so the
+        transport's own accounting (pause_writing) sees them; the wait ends once the kernel took enough
+        for the transport to resume. A writer that loops on send + drain without a pause (a TAIL) thus
+        holds at most the limit plus one frame, and yields to the loop every time."""
         if self._closing:
             raise ConnectionClosedError(self._close_reason)
+        if self._writer.nbytes and self.output_bytes > self._max_output:
+            self.flush()
         if self._write_paused:
+            self._limits["output"] += 1
             w = self._loop.create_future()
             self._drain_waiters.append(w)
             await w

@@ -91,7 +91,7 @@ class NodeServer:
         self.node_id = cfg.node_id
         self.groups: dict[str, Group] = {}
         self.server: Server | None = None
-        self.tails = Tails()
+        self.tails = Tails(cfg.max_tails_per_connection)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled = False
         self._dirty: set[Group] = set()
@@ -445,6 +445,7 @@ class NodeServer:
 
                 raise IndexBelowBeginError(f"index {r.from_index} is below this node's first index "
                                            f"{g.store.begin_index}")
+            self.tails.check(conn)
             conn.respond(f, TAIL_RESPONSE.ok(g.store.committed_index))
             self.tails.start(conn, f.request_id, g, r.from_index, r.include_control)
             return None

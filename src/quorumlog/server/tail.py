@@ -1,8 +1,9 @@
 """TAIL subscriptions: push newly committed entries to a subscriber as one-way TAIL frames.
 
 Each subscription is a task that reads from its next index up to the commit index in bounded chunks,
-sends them, waits for the connection to drain (a slow subscriber slows only itself), and then sleeps
-until the group's commit index moves.
+sends them, waits while its connection holds more unsent bytes than its output limit (a slow subscriber
+slows only itself, and costs the node at most that limit), and then sleeps until the group's commit index
+moves. A connection holds at most `max_tails_per_connection` subscriptions.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 
 import msgpack
 
-from ..errors import QuorumLogError
+from ..errors import QuorumLogError, ResponseCode
 from ..net.connection import Connection
 from ..net.errors import ConnectionClosedError
 from ..net.ops import Op
@@ -26,11 +27,25 @@ TAIL_CHUNK_ENTRIES = 4096
 TAIL_CHUNK_BYTES = 1 << 20
 
 
+class TooManyTailsError(QuorumLogError):
+    """A TAIL on a connection that holds max_tails_per_connection subscriptions already."""
+
+    code = ResponseCode.TOO_MANY_SUBSCRIPTIONS
+
+
 class Tails:
     """The live subscriptions of one node, keyed by (connection, TAIL request id)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_per_connection: int = 16) -> None:
         self._subs: dict[tuple[int, int], asyncio.Task[None]] = {}
+        self._max_per_connection = max_per_connection
+
+    def check(self, conn: Connection) -> None:
+        """Raise TooManyTailsError when `conn` may not open another subscription."""
+        cid = id(conn)
+        if sum(1 for k in self._subs if k[0] == cid) >= self._max_per_connection:
+            raise TooManyTailsError(f"this connection holds {self._max_per_connection} TAIL subscriptions "
+                                    "(max_tails_per_connection): end one with UNTAIL, or open another connection")
 
     def start(self, conn: Connection, request_id: int, group: Group, start: int, include_control: bool) -> None:
         key = (id(conn), request_id)
@@ -76,6 +91,7 @@ class Tails:
                     group.stats.bytes_out += len(data)
                     next_index = nxt
                     await conn.drain()
+                    await asyncio.sleep(0)  # the chunk leaves before the next is read; other work runs
                     continue
                 await changed.wait()
         except (ConnectionClosedError, asyncio.CancelledError):
