@@ -229,6 +229,7 @@ class NodeConfig:
     max_connections: int = 1024  # accepted connections, clients and peers; more are refused at once
     max_requests_per_connection: int = 1024  # unanswered requests before the node stops reading one
     max_output_bytes_per_connection: int = 32 * MiB  # unsent answers before the node stops reading one
+    max_tails_per_connection: int = 16  # TAIL subscriptions one connection may hold
     insecure: bool = False  # listen beyond loopback without a secret (refused otherwise)
     tokens: tuple[TokenConfig, ...] = ()  # client credentials with permissions ([[token]] tables)
     # Mutual TLS (tls.py): this node's certificate and key, and the CA every peer's and client's is signed by.
@@ -243,7 +244,8 @@ class NodeConfig:
     def __post_init__(self) -> None:
         if not self.node_id:
             raise ConfigError("node id is empty")
-        for name in ("max_connections", "max_requests_per_connection", "max_output_bytes_per_connection"):
+        for name in ("max_connections", "max_requests_per_connection", "max_output_bytes_per_connection",
+                     "max_tails_per_connection"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
         if self.scrub_bytes_per_s < 0 or not self.scrub_interval_hours > 0:
