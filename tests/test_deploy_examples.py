@@ -26,7 +26,8 @@ MANIFEST = DEPLOY / "kubernetes" / "quorumlog.yaml"
 
 
 def _secret_files(doc: dict[str, Any]) -> list[str]:
-    return [d["secret_file"] for d in [doc, *doc.get("token", [])] if "secret_file" in d]
+    files = [d["secret_file"] for d in [doc, *doc.get("token", [])] if "secret_file" in d]
+    return files + ([doc["admin_token_file"]] if "admin_token_file" in doc else [])
 
 
 def installed(text: str, tmp_path: Path, name: str = "node.toml") -> Path:
@@ -51,12 +52,14 @@ def serve(argv: list[str]) -> NodeConfig:
 
 
 def assert_deployable(cfg: NodeConfig) -> None:
-    """Authenticated beyond loopback, with an admin port on the same host, and every group naming this node."""
+    """Authenticated beyond loopback, with an admin port on the same host behind its token, and every group
+    naming this node."""
     host = cfg.listen.rpartition(":")[0]
     assert not is_loopback(host)
     assert cfg.secret is not None or cfg.tls_cert is not None, "protected mode would refuse this node"
     assert not cfg.insecure
     assert cfg.admin_listen is not None and cfg.admin_listen.rpartition(":")[0] == host
+    assert cfg.admin_token is not None and not cfg.insecure_admin, "the admin port would be refused"
     assert cfg.data_dir.is_absolute()
     assert cfg.groups and all(cfg.node_id in g.peers for g in cfg.groups)
 
@@ -192,7 +195,7 @@ def test_the_kubernetes_manifest_parses_and_holds_the_cluster(tmp_path: Path) ->
     assert c["resources"]["requests"] and c["resources"]["limits"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
-        assert c[probe]["httpGet"] == {"path": "/status", "port": "admin"}
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "admin"}  # open without the admin token
     assert [t["metadata"]["name"] for t in spec["volumeClaimTemplates"]] == ["data"]
     # The container's command line, with the pod's name where Kubernetes substitutes it, is a node
     # config whose ports, peers and files are the ones the manifest declares and mounts.
@@ -202,8 +205,9 @@ def test_the_kubernetes_manifest_parses_and_holds_the_cluster(tmp_path: Path) ->
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["config"]["configMap"]["name"] == "quorumlog-config"
     secret_name = volumes["secret"]["secret"]["secretName"]
-    assert "secret" in docs[("Secret", secret_name)]["stringData"]
+    assert {"secret", "admin-token"} <= set(docs[("Secret", secret_name)]["stringData"])
     assert tomllib.loads(cm)["secret_file"] == f"{mounts['secret']}/secret"
+    assert tomllib.loads(cm)["admin_token_file"] == f"{mounts['secret']}/admin-token"
     assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}["POD_NAME"] == "metadata.name"
     argv = c["command"][1:] + c["args"]
     local = installed(cm, tmp_path)

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import ipaddress
+import logging
+import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from .errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -195,17 +201,17 @@ class TokenConfig:
     """A named client credential: its secret, and what it may do in each group ("*": every group).
 
     read: READ, GET, TAIL, METADATA; append: APPEND, APPEND_BATCH; admin: LEADERSHIP_TRANSFER, PROMOTE,
-    STATUS. A client using it connects as "client:<name>" and proves the secret at HELLO."""
+    STATUS. A client using it connects as "client:<name>" and proves the secret at HELLO. Its permissions
+    are also those of a client whose TLS certificate names "client:<name>"; on a node with TLS a token may
+    have no secret and stand for such certificates only."""
 
     name: str
-    secret: str
+    secret: str = field(repr=False)
     permissions: dict[str, frozenset[str]]
 
     def __post_init__(self) -> None:
         if not _NODE_ID.fullmatch(self.name):
             raise ConfigError(f"invalid token name {self.name!r}: use letters, digits, '.', '_' and '-'")
-        if not self.secret:
-            raise ConfigError(f"token {self.name!r} has no secret")
         for group, perms in self.permissions.items():
             unknown = set(perms) - PERMISSIONS
             if unknown:
@@ -223,10 +229,21 @@ class NodeConfig:
     cluster: str = "quorumlog"
     listen: str = "127.0.0.1:9000"
     admin_listen: str | None = None
-    secret: str | None = None
+    # The admin HTTP port (server/admin.py, docs/security.md): the bearer token its requests need, the names
+    # their Host may carry besides addresses and localhost (DNS rebinding), /metrics left open for a scraper
+    # without the token, the connections it holds at once, and serving beyond loopback without a token.
+    admin_token: str | None = field(default=None, repr=False)
+    admin_hosts: tuple[str, ...] = ()
+    admin_metrics_open: bool = False
+    max_admin_connections: int = 64
+    insecure_admin: bool = False  # serve the admin port beyond loopback without a token (refused otherwise)
+    secret: str | None = field(default=None, repr=False)
     max_frame_bytes: int = 16 * MiB
     # Limits that keep one client from taking the node's memory or descriptors (docs/operations.md).
-    max_connections: int = 1024  # accepted connections, clients and peers; more are refused at once
+    max_connections: int = 1024  # established connections, clients and peers; more are refused
+    # Connections still in their handshake (TLS, HELLO): a cap of their own, and one per remote address.
+    max_handshakes: int = 64
+    max_handshakes_per_address: int = 16
     max_requests_per_connection: int = 1024  # unanswered requests before the node stops reading one
     max_output_bytes_per_connection: int = 32 * MiB  # unsent answers before the node stops reading one
     max_tails_per_connection: int = 16  # TAIL subscriptions one connection may hold
@@ -245,17 +262,28 @@ class NodeConfig:
         if not self.node_id:
             raise ConfigError("node id is empty")
         for name in ("max_connections", "max_requests_per_connection", "max_output_bytes_per_connection",
-                     "max_tails_per_connection"):
+                     "max_tails_per_connection", "max_handshakes", "max_handshakes_per_address"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
+        if self.max_admin_connections <= 0:
+            raise ConfigError("max_admin_connections must be positive")
+        if self.admin_token == "":
+            raise ConfigError("admin_token is empty")
+        if not isinstance(self.admin_hosts, tuple) or not all(isinstance(h, str) and h for h in self.admin_hosts):
+            raise ConfigError('admin_hosts must be a list of host names, e.g. ["quorumlog-admin.example"]')
         if self.scrub_bytes_per_s < 0 or not self.scrub_interval_hours > 0:
             raise ConfigError("scrub_bytes_per_s must be 0 (off) or more, scrub_interval_hours positive")
         if self.max_frame_bytes < 64 * 1024:
             raise ConfigError("max_frame_bytes must be at least 64 KiB")
         if len({self.tls_cert is None, self.tls_key is None, self.tls_ca is None}) > 1:
             raise ConfigError("TLS needs all of tls_cert, tls_key and tls_ca")
-        if self.tokens and not self.secret:
-            raise ConfigError("client tokens need the cluster's shared secret too: peers authenticate with it")
+        for t in self.tokens:
+            if t.secret and not self.secret:
+                raise ConfigError(f"token {t.name!r} has a secret, which needs the cluster's shared secret too: "
+                                  "peers authenticate with it")
+            if not t.secret and self.tls_cert is None:
+                raise ConfigError(f"token {t.name!r} has no secret: without one it stands only for TLS "
+                                  f"certificates naming client:{t.name}, and this node has no TLS")
         by_name = {g.name: g for g in self.groups}
         for g in self.groups:
             if self.node_id not in g.peers:
@@ -312,11 +340,21 @@ def is_loopback(host: str) -> bool:
         return False  # any other name may resolve to an outside address
 
 
+def warn_if_others_read(path: str | Path, mode: int, what: str = "the secret file {path}") -> None:
+    """Log a WARNING (not an error) when `mode`, that of the file at `path` holding a secret, grants its
+    group or other users any access. `what` names the file ("{path}" stands for its path)."""
+    if stat.S_ISREG(mode) and mode & 0o077:
+        log.warning("%s may be read by other users (mode %04o): run chmod 600 %s", what.format(path=path),
+                    stat.S_IMODE(mode), path)
+
+
 def read_secret_file(path: str | Path) -> str:
     """A shared secret kept in a file: its text without the trailing newline (ConfigError if unreadable
-    or empty)."""
+    or empty). A file its group or other users may read draws a warning."""
     try:
-        secret = Path(path).read_text().rstrip("\r\n")
+        with open(path) as f:
+            warn_if_others_read(path, os.fstat(f.fileno()).st_mode)
+            secret = f.read().rstrip("\r\n")
     except OSError as e:
         raise ConfigError(f"cannot read the secret file {path}: {e.strerror}") from None
     if not secret:
@@ -325,10 +363,12 @@ def read_secret_file(path: str | Path) -> str:
 
 
 def _token(t: dict[str, Any]) -> TokenConfig:
-    """A [[token]] table: name, secret or secret_file, permissions = {group = ["read", ...]}."""
+    """A [[token]] table: name, secret or secret_file (or neither, for TLS certificates only), permissions =
+    {group = ["read", ...]}."""
     t = dict(t)
     if "secret_file" in t:
         t["secret"] = read_secret_file(t.pop("secret_file"))
+    t.setdefault("secret", "")
     perms = t.pop("permissions", {})
     if not isinstance(perms, dict) or not all(isinstance(v, list) for v in perms.values()):
         raise ConfigError(f"token {t.get('name')!r}: permissions must be a table of lists, e.g. {{ g0 = [\"read\"] }}")
@@ -346,6 +386,11 @@ def load_node_config(path: str | Path, node_id: str | None = None) -> NodeConfig
         raise ConfigError(f"cannot read config {path}: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config {path} is not valid TOML: {e}") from None
+    tokens = doc.get("token", [])
+    if "secret" in doc or "admin_token" in doc or isinstance(tokens, list) and any(
+            isinstance(t, dict) and "secret" in t for t in tokens):
+        with contextlib.suppress(OSError):
+            warn_if_others_read(path, os.stat(path).st_mode, "the config {path}, which holds a secret,")
     raft_defaults = doc.pop("raft", {})
     store_defaults = doc.pop("store", {})
     groups = []
@@ -367,6 +412,10 @@ def load_node_config(path: str | Path, node_id: str | None = None) -> NodeConfig
         raise ConfigError(f"config {path} names no node: set id = \"...\" in it, or pass --id")
     if "secret_file" in doc:  # the secret in a file of its own (permissions of its own), not in this one
         doc["secret"] = read_secret_file(doc.pop("secret_file"))
+    if "admin_token_file" in doc:
+        doc["admin_token"] = read_secret_file(doc.pop("admin_token_file"))
+    if isinstance(doc.get("admin_hosts"), list):
+        doc["admin_hosts"] = tuple(doc["admin_hosts"])
     doc["tokens"] = tuple(_token(t) for t in doc.pop("token", []))
     doc["data_dir"] = Path(doc.get("data_dir", "data"))
     return _sub(NodeConfig, {**doc, "groups": tuple(groups)}, "the node settings")

@@ -3,8 +3,11 @@ and clients use, and the identity a certificate names.
 
 A certificate names its holder in a SAN URI `quorumlog:<id>` (and its CN): a node id for a node, "client"
 or "client:<token>" for a client. A node accepts a connection only with a certificate its CA signed, and
-refuses a HELLO whose node id is not the one that certificate names; a node connecting to a peer checks
-that the peer's certificate names that peer. So a member's key, not a claim in a message, says who it is.
+refuses a HELLO whose node id is not the one that certificate names; a node or a client connecting to a
+node checks that the certificate names a node (the one dialled, when known) and the id its HELLO gives.
+So a member's key, not a claim in a message, says who it is. Client certificates are made for client use
+only. Without a shared secret, a certificate naming "client" may do everything, one naming
+"client:<name>" what the nodes' [[token]] `name` allows, and is refused when there is none.
 """
 
 from __future__ import annotations
@@ -98,6 +101,11 @@ def init_certs(directory: str | Path, nodes: Sequence[str], clients: Sequence[st
         except ValueError:
             names.append(x509.DNSName(h))
     for member in [*nodes, *clients]:
+        # A node serves and dials its peers; a client only dials: its certificate cannot serve, so it
+        # cannot pose as a node to other clients (their TLS refuses it before any id is compared).
+        is_node = member in nodes
+        usage = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH] if is_node else \
+            [ExtendedKeyUsageOID.CLIENT_AUTH]
         key = ec.generate_private_key(ec.SECP256R1())
         cert = (x509.CertificateBuilder()
                 .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, member)]))
@@ -105,9 +113,9 @@ def init_certs(directory: str | Path, nodes: Sequence[str], clients: Sequence[st
                 .not_valid_before(now - datetime.timedelta(minutes=5))
                 .not_valid_after(now + datetime.timedelta(days=days))
                 .add_extension(x509.SubjectAlternativeName(
-                    [x509.UniformResourceIdentifier(URI_PREFIX + member), *names]), critical=False)
-                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                                      ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+                    [x509.UniformResourceIdentifier(URI_PREFIX + member), *(names if is_node else [])]),
+                    critical=False)
+                .add_extension(x509.ExtendedKeyUsage(usage), critical=False)
                 .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                 .sign(ca_key, hashes.SHA256()))
         file = member.replace(":", "-")  # "client:reader" -> client-reader.pem

@@ -338,7 +338,7 @@ def test_closing_fails_pending_requests():
     (None, None, CLUSTER, None),
     ("s", "wrong", CLUSTER, "wrong shared secret"),
     ("s", None, CLUSTER, "requires a shared secret"),
-    (None, None, "other", "wrong cluster"),
+    (None, None, "other", "cluster name does not match"),
     (None, "s", CLUSTER, "node 'n0' does not authenticate"),  # a secret-holding client refuses an open node
 ])
 def test_hello_over_sockets(server_secret, client_secret, cluster, match):

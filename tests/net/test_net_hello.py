@@ -189,7 +189,8 @@ def test_missing_secret_on_client():
 
 
 def test_wrong_cluster():
-    with pytest.raises(HandshakeError, match="wrong cluster 'other'") as ei:
+    with pytest.raises(HandshakeError, match="cluster name does not match: this client asked for cluster 'other'") \
+            as ei:
         run(ClientHandshake("other", "n1"), ServerHandshake("c1", "n0"))
     assert ei.value.code == ResponseCode.METADATA_ERROR
 

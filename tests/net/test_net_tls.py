@@ -1,4 +1,5 @@
-"""TLS through the ssl module: a self-signed certificate made with the openssl command line."""
+"""TLS through the ssl module: a self-signed certificate made with the openssl command line, naming the
+server as quorumlog certificates do (a client checks that the certificate names the id HELLO gives)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     d = tmp_path_factory.mktemp("tls")
     key, crt = d / "key.pem", d / "cert.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=60)
+                    "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "1", "-subj", "/CN=server",
+                    "-addext", "subjectAltName=IP:127.0.0.1,URI:quorumlog:server"],
+                   check=True, capture_output=True, timeout=60)
     return crt, key
 
 

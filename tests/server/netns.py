@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
 
@@ -111,6 +111,12 @@ class NetnsCluster(LocalCluster):
     node: its pid is the node's own, so stop() and kill() signal the node itself)."""
 
     namespaces: Sequence[str] = ()
+    # Its admin ports are beyond loopback too, so they need a token: requests send it as a bearer header.
+    admin_token: str = field(default_factory=lambda: os.urandom(18).hex())
+
+    def __post_init__(self) -> None:
+        self.node = {**self.node, "admin_token": self.admin_token}
+        super().__post_init__()
 
     def command(self, node: LocalNode) -> list[str]:
         return ["ip", "netns", "exec", self.namespaces[self.nodes.index(node)], *super().command(node)]

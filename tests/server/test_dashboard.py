@@ -9,7 +9,6 @@ import asyncio
 import json
 import math
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -165,15 +164,22 @@ def test_refusals_become_events(cluster_factory: Any) -> None:
     with Client(cluster.endpoints, secret="r-5ecret", token="reader", retry_timeout=5) as r, \
             pytest.raises(QuorumLogError):
         r.append(b"not allowed")
-    socks = []
-    try:
-        for _ in range(6):  # past the limit: the node closes the newest at once
-            socks.append(socket.create_connection(("127.0.0.1", node.port), timeout=5))
-        doc = wait_api(node, lambda d: any("max_connections" in e["text"] for e in d["events"]), 10,
-                       "the limit hit among the events")
-    finally:
-        for s in socks:
-            s.close()
+
+    async def past_the_limit() -> None:  # authenticated clients, until the node refuses one at HELLO
+        conns = []
+        try:
+            for _ in range(6):
+                conns.append(await connect("127.0.0.1", node.port, cluster="quorumlog", node_id="client:reader",
+                                           secret="r-5ecret", timeout=5))
+        except HandshakeError as e:
+            assert "max_connections" in str(e)
+        finally:
+            for c in conns:
+                c.abort()
+
+    asyncio.run(past_the_limit())
+    doc = wait_api(node, lambda d: any("max_connections" in e["text"] for e in d["events"]), 10,
+                   "the limit hit among the events")
     texts = [(e["kind"], e["group"], e["text"]) for e in doc["events"]]
     assert (REFUSAL, "g0", "permission denied: client:reader may not append") in texts
     assert any(k == REFUSAL and t.endswith("connections refused: max_connections reached") for k, _, t in texts)
@@ -320,7 +326,8 @@ def test_events_fold_repeats_and_stay_bounded() -> None:
     assert recent[2]["count"] == 3 and recent[2]["t"] == 1003.0
     for i in range(10):
         ev.record("election", f"later {i}")
-    assert len(ev) == 5 and ev.recent()[-1]["text"] == "later 9"
+    # Five events, and the refusal in a ring of its own: the elections did not push it out, nor it them.
+    assert len(ev) == 6 and ev.recent()[-1]["text"] == "later 9" and ev.recent()[0]["text"] == "refused HELLO of n9"
     ev.record(REFUSAL, "x" * 10_000)
     assert len(ev.recent()[-1]["text"]) == 300
 

@@ -123,7 +123,8 @@ def test_nodes_in_three_namespaces_replicate_to_each_other(cluster: tuple[NetnsC
     for node in c.nodes:
         assert bodies_on(c, node) == bodies, f"{node.node_id} holds other entries"
         # The admin port answers from across the bridge too: what a load balancer or a probe asks.
-        with urllib.request.urlopen(f"{node.admin_url}/status", timeout=10) as r:
+        ask = urllib.request.Request(f"{node.admin_url}/status", headers={"Authorization": f"Bearer {c.admin_token}"})
+        with urllib.request.urlopen(ask, timeout=10) as r:
             doc = json.load(r)
         assert doc["node"] == node.node_id and doc["groups"]["g0"]["committed_index"] >= last
 

@@ -16,12 +16,12 @@ import msgpack
 
 from quorumlog import Client
 from quorumlog.errors import ResponseCode
-from quorumlog.net.frames import REQUEST, RESPONSE, encode_frame
+from quorumlog.net.frames import PROTOCOL_VERSION, REQUEST, RESPONSE, encode_frame
 from quorumlog.net.ops import Op
-from quorumlog.net.schemas import READ_REQUEST, TAIL_REQUEST
+from quorumlog.net.schemas import HELLO_REQUEST, READ_REQUEST, TAIL_REQUEST
 
 from .conftest import rss_mib
-from .test_server_robustness import _goodbye_reason, _hello, _recv_all, _still_serving
+from .test_server_robustness import _hello, _recv_all, _still_serving
 
 MiB = 1 << 20
 
@@ -75,11 +75,12 @@ def test_connections_past_the_limit_are_refused_and_the_rest_keep_working(cluste
             s = socket.create_connection(addr)
             _hello(s)
             held.append(s)
-        for _ in range(3):  # the node is full: each new one is told why and closed
+        for _ in range(3):  # the node is full: each new one's HELLO is refused, saying why
             with socket.create_connection(addr) as s:
-                reason = _goodbye_reason(_recv_all(s))
-                assert reason is not None and reason[0] == ResponseCode.TOO_MANY_CONNECTIONS
-                assert "max_connections" in reason[1]
+                s.sendall(encode_frame(REQUEST, Op.HELLO, 1,
+                                       HELLO_REQUEST.encode(PROTOCOL_VERSION, "quorumlog", "client")))
+                code, reason = msgpack.unpackb(_frames(_recv_all(s))[0][12:])[:2]
+                assert code == ResponseCode.TOO_MANY_CONNECTIONS and "max_connections" in reason
         r = c.append(b"still here")  # the clients already connected keep working
         assert c.get(r.index).body == b"still here"
         assert _metric(cluster, "quorumlog_limit_hits_total", limit="connections") == 3
@@ -110,6 +111,16 @@ def test_a_read_larger_than_a_frame_is_answered_with_one_frame(cluster_factory: 
     doc = urllib.request.urlopen(cluster.nodes[0].admin_url + "/metrics", timeout=5).read().decode()
     assert "quorumlog_reads_clamped_total" in doc and _metric(cluster, "quorumlog_reads_clamped_total") == 1
     assert json.loads(urllib.request.urlopen(cluster.nodes[0].admin_url + "/status", timeout=5).read())
+
+
+def _frames(data: bytes) -> list[bytes]:
+    """The frames in `data`, each without its 4-byte length."""
+    out, off = [], 0
+    while off + 4 <= len(data):
+        (length,) = struct.unpack_from(">I", data, off)
+        out.append(data[off + 4:off + 4 + length])
+        off += 4 + length
+    return out
 
 
 def _exactly(s: socket.socket, n: int) -> bytes:

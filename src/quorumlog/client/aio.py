@@ -218,7 +218,8 @@ class AsyncClient:
                 if isinstance(r, BaseException):
                     if isinstance(r, ResponseError | HandshakeError) and r.code == ResponseCode.UNKNOWN_GROUP:
                         raise error_for(r.code, r.reason if isinstance(r, ResponseError) else str(r))
-                    if isinstance(r, HandshakeError) and not isinstance(r, UnverifiedPeerError):
+                    if (isinstance(r, HandshakeError) and not isinstance(r, UnverifiedPeerError)
+                            and r.code != ResponseCode.TOO_MANY_CONNECTIONS):
                         raise r  # refused by a node: retrying will not help (an impostor may be one address)
                     last = r
                 elif r.leader is not None and (best is None or r.term > best.term):

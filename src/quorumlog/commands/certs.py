@@ -10,7 +10,11 @@ from ..argtypes import positive
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("certs", help="make TLS certificates for a cluster", description=(
         "init: a private CA (ca.pem, ca.key) and a certificate and key per node and client in DIR, each "
-        "naming its holder's id; nodes then set tls_cert, tls_key and tls_ca in their TOML."))
+        "naming its holder's id; nodes then set tls_cert, tls_key and tls_ca in their TOML. Client "
+        "certificates are for client use only. What a client certificate may do, on nodes without a shared "
+        "secret: one naming 'client' everything (it is the cluster's admin credential); one naming "
+        "'client:NAME' what the nodes' [[token]] NAME allows (a token with no secret stands for such "
+        "certificates), and nothing without one."))
     p.add_argument("action", choices=("init",))
     p.add_argument("--dir", required=True, help="directory to write into")
     p.add_argument("--nodes", required=True, help="node ids, comma separated (n0,n1,n2)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from ..argtypes import base_port, port, positive
 from .client_cmds import add_secret_arg, read_secret
@@ -20,7 +21,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--peers", help="every member: n0=127.0.0.1:9000,n1=127.0.0.1:9001,...")
     p.add_argument("--data-dir", help="data directory (stores live in DIR/<group>/<id>)")
     p.add_argument("--listen", help="host:port to bind (default: this node's address in --peers)")
-    p.add_argument("--admin-port", type=port, help="serve /status and /metrics over HTTP on this port")
+    admin = p.add_mutually_exclusive_group()
+    admin.add_argument("--admin-port", type=port, help="serve the admin HTTP port (/status, /metrics, the "
+                       "dashboard) on 127.0.0.1 at this port (or on the host of the file's admin_listen)")
+    admin.add_argument("--admin-listen", metavar="HOST:PORT", help="serve the admin HTTP port on this address; "
+                       "beyond loopback it needs an admin token (or --insecure-admin)")
+    p.add_argument("--admin-token-file", help="file holding the admin port's bearer token (default: "
+                   "$QUORUMLOG_ADMIN_TOKEN_FILE, else the token in $QUORUMLOG_ADMIN_TOKEN, if set)")
+    p.add_argument("--insecure-admin", action="store_true", default=None,
+                   help="serve the admin port on a non-loopback address without a token (refused otherwise)")
     p.add_argument("--cluster", help="cluster name checked at HELLO (default quorumlog)")
     add_secret_arg(p)
     p.add_argument("--flush", choices=("sync", "async"), help="fdatasync before acks (sync, default) or not")
@@ -60,8 +69,20 @@ def _serve(args: argparse.Namespace) -> int:
     cfg = config_from_flags(config=args.config, node_id=args.node_id, groups=args.group, peers=args.peers,
                             data_dir=args.data_dir, admin_port=args.admin_port, cluster=args.cluster,
                             secret=read_secret(args), listen=args.listen, flush=args.flush,
-                            insecure=args.insecure)
+                            insecure=args.insecure, admin_listen=args.admin_listen,
+                            admin_token=read_admin_token(args), insecure_admin=args.insecure_admin)
     return run_serve(cfg, args.log_level)
+
+
+def read_admin_token(args: argparse.Namespace) -> str | None:
+    """The admin token from --admin-token-file, else the file $QUORUMLOG_ADMIN_TOKEN_FILE names, else
+    $QUORUMLOG_ADMIN_TOKEN, else None: never from the command line, where `ps` shows it."""
+    from ..config import read_secret_file
+
+    path = args.admin_token_file or os.environ.get("QUORUMLOG_ADMIN_TOKEN_FILE")
+    if path:
+        return read_secret_file(path)
+    return os.environ.get("QUORUMLOG_ADMIN_TOKEN") or None
 
 
 def _local_cluster(args: argparse.Namespace) -> int:

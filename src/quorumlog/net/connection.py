@@ -19,8 +19,9 @@ from typing import Any, cast
 
 from ..errors import QuorumLogError, ResponseCode
 from ..tls import cert_identity
+from ..untrusted import shown
 from .bodies import encode_error
-from .errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError
+from .errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError, UnverifiedPeerError
 from .frames import (
     DEFAULT_MAX_FRAME_BYTES,
     MAX_REQUEST_ID,
@@ -33,7 +34,7 @@ from .frames import (
     FrameDecoder,
     FrameWriter,
 )
-from .hello import CLIENT_ID, ClientHandshake, Permissions, ServerHandshake, State
+from .hello import CLIENT_ID, ClientHandshake, Permissions, ServerHandshake, State, is_client_id
 from .ops import VALID_OPS, Op, op_name
 from .outbox import Outbox
 from .schemas import GOODBYE
@@ -66,7 +67,7 @@ class Connection(asyncio.Protocol):
                  on_close: Callable[[Connection], None] | None = None,
                  on_refused: Callable[[Connection, str | None, str], None] | None = None,
                  outbox: Outbox | None = None, after_frames: Callable[[], None] | None = None,
-                 eager: bool = False) -> None:
+                 eager: bool = False, admit: Callable[[str], str | None] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         self._outbox = outbox or Outbox()
         self._eager = eager  # a client's: a request with none in flight is written at once, not next turn
@@ -82,6 +83,7 @@ class Connection(asyncio.Protocol):
         self._on_established = on_established
         self._on_close = on_close
         self._on_refused = on_refused
+        self._admit = admit  # told the peer id HELLO would establish: None, or the reason it may not
         self._transport: asyncio.Transport | None = None
         # Versions are pinned once HELLO settles; until then any version is parsed so a refusal can be sent.
         limit = HANDSHAKE_MAX_FRAME_BYTES if server_handshake is not None else max_frame_bytes
@@ -401,7 +403,10 @@ class Connection(asyncio.Protocol):
                 fut.set_exception(ConnectionClosedError(exc_text))
 
     def _protocol_error(self, reason: str) -> None:
-        log.warning("closing connection %s (%s): %s", self._peer_text(), self.peer_id or "no HELLO", reason)
+        if not self._ready and self._on_refused is not None:  # anyone's: logged within the refusals' limit
+            self._on_refused(self, None, f"protocol error before HELLO completed: {reason}")
+        else:
+            log.warning("closing connection %s (%s): %s", self._peer_text(), self.peer_id or "no HELLO", reason)
         if self._transport is not None and not self._reading_paused:
             self._transport.pause_reading()
             self._reading_paused = True
@@ -411,7 +416,10 @@ class Connection(asyncio.Protocol):
         self._timer = None
         if not self._ready and not self._closing:
             reason = f"no HELLO within {self._hello_timeout}s"
-            log.warning("closing connection %s: %s", self._peer_text(), reason)
+            if self._on_refused is not None:
+                self._on_refused(self, None, reason)
+            else:
+                log.warning("closing connection %s: %s", self._peer_text(), reason)
             self.close(reason, goodbye=ResponseCode.TIMEOUT)
 
     def _add_deadline(self, rid: int, op: int, timeout: float) -> None:
@@ -513,7 +521,7 @@ class Connection(asyncio.Protocol):
     def _on_goodbye(self, f: Frame) -> None:
         try:
             g = GOODBYE.decode(f.body)
-            self._peer_goodbye = f"closed by peer: {g.reason}"
+            self._peer_goodbye = f"closed by peer: {shown(g.reason, 1000)}"
         except ProtocolError:
             self._peer_goodbye = "closed by peer"
         log.info("connection %s: %s", self._peer_text(), self._peer_goodbye)
@@ -527,6 +535,11 @@ class Connection(asyncio.Protocol):
         reply = hs.receive(f.op, f.body)
         if hs.version is not None:
             self._writer.version = hs.version
+        if hs.state is State.ESTABLISHED and self._admit is not None:
+            assert hs.peer_id is not None
+            refusal = self._admit(hs.peer_id)
+            if refusal is not None:
+                reply = hs.refuse_established(reply.op, ResponseCode.TOO_MANY_CONNECTIONS, refusal)
         self._write(RESPONSE, reply.op, f.request_id, reply.body)
         if reply.close:
             if self._on_refused is not None:
@@ -596,12 +609,15 @@ async def connect(host: str, port: int, *, cluster: str, node_id: str = CLIENT_I
             transport, conn = await loop.create_connection(factory, host, port, **kwargs)
     except TimeoutError:
         raise ConnectionClosedError(f"connect to {host}:{port} timed out after {timeout}s") from None
-    if ssl is not None and expect_identity is not None:
+    named = None
+    if ssl is not None:  # a node's certificate, and the one expected: a client's could pose as a node
         named = cert_identity(transport.get_extra_info("peercert"))
-        if named != expect_identity:
+        want = expect_identity or expect_node
+        if named is None or is_client_id(named) or (want is not None and named != want):
             conn.abort("wrong certificate")
-            raise HandshakeError(f"{host}:{port} presented a certificate for {named!r}, not {expect_identity!r}",
-                                 ResponseCode.UNEXPECTED_MEMBER)
+            what = repr(want) if want is not None else "a node's"
+            raise UnverifiedPeerError(f"{host}:{port} presented a certificate for {named!r}, not {what}",
+                                      ResponseCode.UNEXPECTED_MEMBER)
     try:
         await conn._client_handshake(hs, timeout)
     except ConnectionClosedError as e:
@@ -609,4 +625,8 @@ async def connect(host: str, port: int, *, cluster: str, node_id: str = CLIENT_I
     except (HandshakeError, ProtocolError, RequestTimeoutError, asyncio.CancelledError):
         conn.abort("handshake failed")
         raise
+    if named is not None and conn.peer_id != named:
+        conn.abort("wrong certificate")
+        raise UnverifiedPeerError(f"{host}:{port} names itself {conn.peer_id!r} in HELLO but its certificate "
+                                  f"names {named!r}", ResponseCode.UNEXPECTED_MEMBER)
     return conn

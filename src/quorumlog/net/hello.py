@@ -21,6 +21,11 @@ non-SUCCESS code and a reason, after which the server closes the connection. The
 this layout in every protocol version, so peers of different versions can always tell each other why:
 a node of version 1 (the one-sided proof) is refused at HELLO with "peer speaks handshake version 1; this
 node requires 2: upgrade every node", and a dialler answered in version 1 gives up with the same words.
+A refusal tells a dialler that has not proved the key nothing it did not send: a wrong cluster name is
+answered "cluster name does not match" (not the node's own cluster name), and an unknown token is checked
+like a known one, an HMAC under a key nobody knows and a constant-time compare, and refused with the same
+bytes as a wrong proof, so neither the answer nor its timing tells which token names exist. The node's own
+log (Reply.reason) says precisely why.
 
 A node connecting to a peer adds `groups`, {group: members_digest} for each group it hosts; the server
 refuses (METADATA_ERROR) when a group both host has another digest on its side: two nodes with
@@ -56,6 +61,17 @@ SERVER_ROLE = "server->client"
 _MAC_DOMAIN = b"quorumlog hello"
 CLIENT_ID = "client"
 TOKEN_PREFIX = "client:"  # a client authenticating with a named token: "client:<name>"
+
+
+def is_client_id(peer_id: str | None) -> bool:
+    """Whether a HELLO's or a certificate's id is a client's ("client", "client:<token>"), not a node's."""
+    return peer_id == CLIENT_ID or (peer_id or "").startswith(TOKEN_PREFIX)
+
+
+CLUSTER_MISMATCH = "cluster name does not match"  # the whole answer to a wrong cluster name
+# The key an unknown token's proof is checked against (never matched: the check fails anyway), so that it
+# costs what a known token's does.
+_UNKNOWN_KEY = os.urandom(32)
 # What a connection may do: {group or "*": permissions}; None is every permission (a peer, or a client
 # that knows the cluster's secret, or any client of a node without authentication).
 Permissions = Mapping[str, frozenset[str]]
@@ -177,11 +193,14 @@ class ServerHandshake:
     def __init__(self, cluster: str, node_id: str, secret: str | bytes | None = None, *,
                  versions: frozenset[int] = SUPPORTED_VERSIONS, groups: Mapping[str, str] | None = None,
                  nonce: Callable[[], bytes] = lambda: os.urandom(NONCE_BYTES),
-                 tokens: Mapping[str, tuple[str | bytes, Permissions]] | None = None) -> None:
+                 tokens: Mapping[str, tuple[str | bytes, Permissions]] | None = None,
+                 cert_permissions: Mapping[str, Permissions] | None = None) -> None:
         self.cluster = cluster
         self.node_id = node_id
         self._key = _key(secret)
         self._tokens = {name: (_key(sec), perms) for name, (sec, perms) in (tokens or {}).items()}
+        # Without AUTH (TLS alone), what a client certificate naming "client:<name>" may do: [[token]] name's.
+        self._cert_permissions = dict(cert_permissions or {})
         self.permissions: Permissions | None = None  # once established: what this connection may do
         self.identity: str | None = None  # the id the peer's TLS certificate names, when it has one (tls.py)
         self._groups = dict(groups or {})
@@ -206,13 +225,21 @@ class ServerHandshake:
             return self._refuse(Op.AUTH, CODE_NOT_READY, reason)
         return self._refuse_hello(CODE_NOT_READY, reason)
 
-    def _refuse_hello(self, code: ResponseCode, reason: str) -> Reply:
+    def _refuse_hello(self, code: ResponseCode, reason: str, local: str | None = None) -> Reply:
+        """Refuse with `reason` sent, and `local` (default: the same) logged by this node."""
         body = HELLO_RESPONSE.encode(int(code), reason, self.version or PROTOCOL_VERSION, self.node_id, b"",
                                      False)
-        return self._fail(Op.HELLO, body, reason)
+        return self._fail(Op.HELLO, body, local or reason)
 
-    def _refuse(self, op: Op, code: ResponseCode, reason: str) -> Reply:
-        return self._fail(op, AUTH_RESPONSE.encode(int(code), reason, b""), reason)
+    def _refuse(self, op: Op, code: ResponseCode, reason: str, local: str | None = None) -> Reply:
+        return self._fail(op, AUTH_RESPONSE.encode(int(code), reason, b""), local or reason)
+
+    def refuse_established(self, op: Op, code: ResponseCode, reason: str) -> Reply:
+        """The refusal that replaces the reply which would have established the connection (the node
+        holds its limit of connections): `op` is that reply's, HELLO or AUTH."""
+        if op == Op.HELLO:
+            return self._refuse_hello(code, reason)
+        return self._refuse(Op.AUTH, code, reason)
 
     def _fail(self, op: Op, body: bytes, reason: str) -> Reply:
         self.state = State.FAILED
@@ -231,9 +258,9 @@ class ServerHandshake:
         if not usable:  # below every version this node speaks (above them it picks its highest)
             return self._refuse_hello(CODE_BAD_VERSION, version_refusal(version, min(self._versions)))
         self.version = max(usable)
-        if cluster != self.cluster:
-            return self._refuse_hello(
-                CODE_BAD_CLUSTER, f"wrong cluster {cluster!r}: this node is in {self.cluster!r}")
+        if cluster != self.cluster:  # the dialler is not told the right name: only who knows it learns it
+            return self._refuse_hello(CODE_BAD_CLUSTER, CLUSTER_MISMATCH,
+                                      f"wrong cluster {cluster!r}: this node is in {self.cluster!r}")
         if not node_id:
             return self._refuse_hello(CODE_BAD_AUTH, "empty node id")
         if node_id == self.node_id:  # its own dial relayed back to it, or a stranger posing as it
@@ -245,6 +272,12 @@ class ServerHandshake:
             reason = self._members_reason()
             if reason is not None:
                 return self._refuse_hello(CODE_BAD_MEMBERS, reason)
+            if self.identity is not None and self.identity.startswith(TOKEN_PREFIX):
+                perms = self._cert_permissions.get(self.identity)
+                if perms is None:  # a certificate of a named client is not the cluster's admin client's
+                    return self._refuse_hello(CODE_BAD_AUTH, f"the certificate names {self.identity!r} and no "
+                                                             f"[[token]] gives it permissions on this node")
+                self.permissions = perms
             self.state = State.ESTABLISHED
             return Reply(Op.HELLO, HELLO_RESPONSE.encode(int(ResponseCode.SUCCESS), "", self.version,
                                                          self.node_id, b"", False))
@@ -262,15 +295,20 @@ class ServerHandshake:
             return self._refuse(Op.AUTH, CODE_BAD_AUTH, f"AUTH nonce of {len(auth.nonce)} bytes, expected "
                                                         f"{NONCE_BYTES}")
         key, permissions = self._key, None
-        if self.peer_id.startswith(TOKEN_PREFIX) and self.peer_groups is None:
-            key, permissions = self._tokens.get(self.peer_id[len(TOKEN_PREFIX):], (None, None))
+        token = self.peer_id[len(TOKEN_PREFIX):] if self.peer_id.startswith(TOKEN_PREFIX) else None
+        if token is not None and self.peer_groups is None:
+            key, permissions = self._tokens.get(token, (None, None))
         t = Transcript(self.version, self.cluster, self.peer_id, self.node_id, bytes(auth.nonce), self._nonce,
                        self.peer_groups)
-        # An unknown token fails as a wrong secret does: the refusal does not tell which tokens exist.
-        if key is None or not hmac.compare_digest(t.mac(key, CLIENT_ROLE), auth.proof):
-            what = "token" if self.peer_id.startswith(TOKEN_PREFIX) else "shared secret"
-            return self._refuse(Op.AUTH, CODE_BAD_AUTH, f"authentication failed: wrong {what}, or a proof "
-                                                        f"made for another node or connection")
+        # An unknown token fails as a wrong secret does, after the same HMAC and compare (under a key
+        # nobody knows) and with the same answer: neither tells which tokens exist.
+        right = hmac.compare_digest(t.mac(_UNKNOWN_KEY if key is None else key, CLIENT_ROLE), auth.proof)
+        if key is None or not right:
+            what = "token" if token is not None else "shared secret"
+            told = f"authentication failed: wrong {what}, or a proof made for another node or connection"
+            unknown = token is not None and self.peer_groups is None and token not in self._tokens
+            local = f"authentication failed: unknown token {token!r}" if unknown else told  # for this node's log
+            return self._refuse(Op.AUTH, CODE_BAD_AUTH, told, local)
         self.permissions = permissions
         # Compared only now: an unauthenticated stranger learns nothing of this node's groups.
         reason = self._members_reason()
@@ -340,6 +378,9 @@ class ClientHandshake:
 
     def _on_hello(self, r: Any) -> tuple[Op, bytes] | None:
         if r.code != ResponseCode.SUCCESS:
+            if r.reason == CLUSTER_MISMATCH:  # the node does not say its name: say which one we sent
+                self._refused(r.code, f"{r.reason}: this {self._we} asked for cluster {self.cluster!r}; check "
+                                      "the cluster name it was given against the nodes' `cluster` setting")
             self._refused(r.code, r.reason)
         if r.version > self.proposed_version:
             self.state = State.FAILED

@@ -49,6 +49,15 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to a file only this user may read or write (0600): a new file is made so, and an
+    existing one gets that mode too (opening it with 0600 would keep its old mode)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(fd, 0o600)
+        f.write(text)
+
+
 def _toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -94,7 +103,7 @@ class LocalCluster:
     groups: int = 1
     base_port: int | None = None
     flush: str = "sync"
-    secret: str | None = None
+    secret: str | None = field(default=None, repr=False)
     log_level: str = "WARNING"
     raft: Mapping[str, Any] = field(default_factory=dict)
     store: Mapping[str, Any] = field(default_factory=dict)
@@ -104,7 +113,8 @@ class LocalCluster:
     replication: str = "raft"
     ha: Mapping[str, Any] = field(default_factory=dict)
     node: Mapping[str, Any] = field(default_factory=dict)  # more top-level node settings (limits)
-    tokens: list[Mapping[str, Any]] = field(default_factory=list)  # [[token]] tables: name, secret, permissions
+    # [[token]] tables: name, secret, permissions
+    tokens: list[Mapping[str, Any]] = field(default_factory=list, repr=False)
     tls_dir: Path | None = None  # mutual TLS with the certificates of `quorumlog certs init` in this directory
     hosts: Sequence[str] = ()  # node i's address (default 127.0.0.1); beyond loopback it needs a secret or TLS
 
@@ -140,11 +150,9 @@ class LocalCluster:
         peers = ",".join(f"{n.node_id}={n.address}" for n in self.nodes)
         if self.secret:
             self.root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.secret_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(self.secret + "\n")
+            write_private(self.secret_path, self.secret + "\n")
         for node in self.nodes:
-            node.data_dir.mkdir(parents=True, exist_ok=True)
+            node.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the log: this user's only
             lines = [f"id = {_toml_value(node.node_id)}", f"data_dir = {_toml_value(str(node.data_dir))}",
                      f"listen = {_toml_value(node.address)}", f"admin_listen = \"{node.host}:{node.admin_port}\""]
             if self.secret:  # in a file only this user reads, named by the config
@@ -170,7 +178,8 @@ class LocalCluster:
                 lines += [f"{k} = {_toml_value(v)}" for k, v in t.items()]
             if self.replication != "raft" and "controller" in self.ha:
                 lines += ["[[group]]", f"name = {_toml_value(self.ha['controller'])}", f"peers = {_toml_value(peers)}"]
-            node.config_path.write_text("\n".join(lines) + "\n")
+            # Its [[token]] tables (and any other setting) may hold secrets: readable by this user only.
+            write_private(node.config_path, "\n".join(lines) + "\n")
 
     def check_configs(self) -> None:
         """Load every node's config as `serve` will: a bad one raises ConfigError here, before a process

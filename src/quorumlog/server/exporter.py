@@ -138,9 +138,11 @@ class NodeCollector(Collector):
         tails = _gauge("quorumlog_tail_subscriptions", "live TAIL subscriptions", NODE)
         tails.add_metric(nl, len(node.tails))
         yield tails
-        limits = _counter("quorumlog_limit_hits_total", "connections refused (connections) or held unread (requests: "
-                          "max_requests_per_connection, output: max_output_bytes_per_connection)", ["node", "limit"])
-        for limit in ("connections", "requests", "output"):
+        limits = _counter("quorumlog_limit_hits_total", "connections refused (connections: max_connections; "
+                          "handshakes: max_handshakes, max_handshakes_per_address), accepts failed (accept_errors) "
+                          "or connections held unread (requests: max_requests_per_connection, output: "
+                          "max_output_bytes_per_connection)", ["node", "limit"])
+        for limit in ("connections", "handshakes", "accept_errors", "requests", "output"):
             limits.add_metric([node.node_id, limit], server.limits[limit] if server is not None else 0)
         yield limits
         clamped = _counter("quorumlog_reads_clamped_total", "READs that asked for more bytes than one frame holds",

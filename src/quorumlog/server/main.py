@@ -10,13 +10,18 @@ from pathlib import Path
 
 from ..config import GroupConfig, NodeConfig, RaftConfig, StoreConfig, load_node_config, parse_peers
 from ..errors import ConfigError
+from ..untrusted import EscapingFormatter
 
 
 def config_from_flags(*, config: str | None, node_id: str | None, groups: list[str] | None, peers: str | None,
                       data_dir: str | None, admin_port: int | None, cluster: str | None, secret: str | None,
                       listen: str | None = None, flush: str | None = None,
-                      insecure: bool | None = None) -> NodeConfig:
-    """A NodeConfig from --config, with flags overriding its top-level settings; or from flags alone."""
+                      insecure: bool | None = None, admin_listen: str | None = None,
+                      admin_token: str | None = None, insecure_admin: bool | None = None) -> NodeConfig:
+    """A NodeConfig from --config, with flags overriding its top-level settings; or from flags alone.
+
+    The admin port (`admin_port`) is served on 127.0.0.1, or on the host of the file's admin_listen;
+    `admin_listen` (host:port) puts it anywhere."""
     if config is not None:
         cfg = load_node_config(config, node_id)  # --id before validation: the file may name another node, or none
         changes: dict[str, object] = {}
@@ -33,8 +38,14 @@ def config_from_flags(*, config: str | None, node_id: str | None, groups: list[s
             changes["listen"] = listen
         if insecure is not None:
             changes["insecure"] = insecure
-        if admin_port is not None:
-            changes["admin_listen"] = f"{_host(cfg.listen)}:{admin_port}"
+        if insecure_admin is not None:
+            changes["insecure_admin"] = insecure_admin
+        if admin_token:
+            changes["admin_token"] = admin_token
+        if admin_listen:
+            changes["admin_listen"] = admin_listen
+        elif admin_port is not None:
+            changes["admin_listen"] = f"{_host(cfg.admin_listen or '')}:{admin_port}"
         if changes:
             import dataclasses
 
@@ -52,8 +63,9 @@ def config_from_flags(*, config: str | None, node_id: str | None, groups: list[s
     gcfgs = tuple(GroupConfig(name=n, peers=peer_map, raft=RaftConfig(), store=store) for n in dict.fromkeys(names))
     my_addr = listen or peer_map[node_id]
     return NodeConfig(node_id=node_id, data_dir=Path(data_dir), groups=gcfgs, cluster=cluster or "quorumlog",
-                      listen=my_addr, admin_listen=f"{_host(my_addr)}:{admin_port}" if admin_port else None,
-                      secret=secret, insecure=bool(insecure))
+                      listen=my_addr, admin_listen=admin_listen or (f"127.0.0.1:{admin_port}" if admin_port else None),
+                      secret=secret, insecure=bool(insecure), admin_token=admin_token,
+                      insecure_admin=bool(insecure_admin))
 
 
 def _toml_keys(path: str) -> set[str]:
@@ -95,8 +107,10 @@ def run_serve(cfg: NodeConfig, log_level: str = "INFO") -> int:
 
     keep_freed_memory()
 
-    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO), stream=sys.stderr,
-                        format=f"%(asctime)s {cfg.node_id} %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    # Escaped: text from the network (a HELLO's node id, a GOODBYE's reason) cannot forge a log line.
+    handler.setFormatter(EscapingFormatter(f"%(asctime)s {cfg.node_id} %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO), handlers=[handler])
 
     async def main() -> int:
         node = NodeServer(cfg)

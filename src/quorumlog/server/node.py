@@ -26,7 +26,7 @@ from ..net.bodies import unpack
 from ..net.connection import Connection, HandlerResult
 from ..net.errors import ProtocolError
 from ..net.frames import ONEWAY, REQUEST, Frame
-from ..net.hello import allowed
+from ..net.hello import TOKEN_PREFIX, allowed
 from ..net.ops import Op, op_name
 from ..net.outbox import Outbox
 from ..net.schemas import (
@@ -113,6 +113,8 @@ class NodeServer:
         for g in cfg.groups:
             peers.update(g.peers)
         self.peer_addresses = peers
+        # Connections kept for peers among max_connections: each dials once (twice while it replaces a lost one).
+        self.peer_slots = min(2 * len(set(peers) - {cfg.node_id}), cfg.max_connections // 2)
         # Exchanged at HELLO with every peer: nodes that count different majorities must not talk.
         self.member_digests = {g.name: members_digest(g.name, [*g.peers, cfg.node_id]) for g in cfg.groups}
         self.links = PeerLinks(cfg.node_id, peers, cluster=cfg.cluster, secret=cfg.secret,
@@ -161,15 +163,31 @@ class NodeServer:
                     "TOML, --secret-file or $QUORUMLOG_SECRET), or run open anyway with --insecure")
             log.warning("node %s listens on %s WITHOUT authentication (--insecure): anyone who reaches it can "
                         "join as a peer or write to any group", self.node_id, self.listen)
+        admin = self.cfg.admin_listen
+        if admin and self.cfg.admin_token is None and not is_loopback(split_address(admin)[0]):
+            if not self.cfg.insecure_admin:
+                await self._close_groups()
+                raise StartupError(
+                    f"refusing to serve the admin port on {admin} without a token: anyone who reaches it could "
+                    "read the status of every group and the node's events. Set an admin token (admin_token_file "
+                    "in the node's TOML, --admin-token-file or $QUORUMLOG_ADMIN_TOKEN), serve it on loopback "
+                    "(--admin-listen 127.0.0.1:PORT), or serve it open anyway with --insecure-admin")
+            log.warning("node %s serves its admin port on %s WITHOUT a token (--insecure-admin): anyone who "
+                        "reaches it can read the status of every group", self.node_id, admin)
         try:
             self.server = await serve(host, port, self._handle, cluster=self.cfg.cluster, node_id=self.node_id, ssl=tls,
                                       secret=self.cfg.secret, max_frame_bytes=self.cfg.max_frame_bytes,
                                       groups=self.member_digests, on_close=self._on_close,
                                       outbox=self.outbox, after_frames=self._after_frames,
                                       max_connections=self.cfg.max_connections,
+                                      max_handshakes=self.cfg.max_handshakes,
+                                      max_handshakes_per_address=self.cfg.max_handshakes_per_address,
+                                      peer_slots=self.peer_slots,
                                       max_inflight=self.cfg.max_requests_per_connection,
                                       max_output_bytes=self.cfg.max_output_bytes_per_connection,
-                                      tokens={t.name: (t.secret, t.permissions) for t in self.cfg.tokens})
+                                      tokens={t.name: (t.secret, t.permissions) for t in self.cfg.tokens if t.secret},
+                                      cert_permissions={f"{TOKEN_PREFIX}{t.name}": t.permissions
+                                                        for t in self.cfg.tokens})
         except OSError as e:
             await self._close_groups()
             raise StartupError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
@@ -324,6 +342,9 @@ class NodeServer:
         server, watch = self.server, self._counters
         if server is not None:
             for limit, what in (("connections", "connections refused: max_connections reached"),
+                                ("handshakes", "connections turned away in their handshake: max_handshakes or "
+                                               "max_handshakes_per_address reached"),
+                                ("accept_errors", "accepts failed: out of file descriptors or memory"),
                                 ("requests", "connections held unread: max_requests_per_connection reached"),
                                 ("output", "connections held unread: max_output_bytes_per_connection reached")):
                 n = watch.increase(f"limit {limit}", server.limits[limit])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..client import parse_endpoints
@@ -33,7 +33,7 @@ class Credentials:
     a client token's (`token` names it), and the files of mutual TLS (on every executor, at these paths)."""
 
     cluster: str = "quorumlog"
-    secret: str | None = None
+    secret: str | None = field(default=None, repr=False)
     token: str | None = None
     tls_ca: str | None = None
     tls_cert: str | None = None

@@ -68,6 +68,22 @@ def store_dir(data_dir: str | os.PathLike[str], group: str, node_id: str) -> str
     return os.path.join(os.fspath(data_dir), group, node_id)
 
 
+def make_private_dirs(path: str) -> None:
+    """os.makedirs(path, exist_ok=True), but every directory it makes (the node's data directory, the
+    group's, the store's and those in it) is this user's only, 0700, whatever the umask: they hold the log.
+    Directories that exist already keep their mode."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(os.path.normpath(path))
+    if parent and parent != path:
+        make_private_dirs(parent)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+
+
 class FileStore(FileCuts):
     """A LogStore on disk. Open it with FileStore(directory, config); recovery runs on open.
 
@@ -101,7 +117,7 @@ class FileStore(FileCuts):
         self._next_disk_probe_pos = 0
         self.notes: list[str] = []  # what recovery repaired, for logs and check-store
         try:
-            os.makedirs(self.dir, exist_ok=True)
+            make_private_dirs(self.dir)
         except OSError as e:
             raise StoreError(f"cannot create store directory {self.dir}: {e.strerror}") from None
         if not os.access(self.dir, os.R_OK | os.W_OK | os.X_OK):
@@ -123,8 +139,8 @@ class FileStore(FileCuts):
         cp = read_checkpoint(self.dir)
         self._stable = StableFiles(self.dir, self.files, cp, os.path.exists(os.path.join(self.dir, "checkpoint")))
         try:
-            os.makedirs(os.path.join(self.dir, "data"), exist_ok=True)
-            os.makedirs(os.path.join(self.dir, "index"), exist_ok=True)
+            make_private_dirs(os.path.join(self.dir, "data"))
+            make_private_dirs(os.path.join(self.dir, "index"))
         except OSError as e:
             raise StoreError(f"cannot create store directory {self.dir}: {e.strerror}") from None
         self.data = SegmentList(os.path.join(self.dir, "data"), self._seg, self.files, prewrite=True)

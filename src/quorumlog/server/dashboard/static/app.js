@@ -1,9 +1,12 @@
 // quorumlog dashboard: polls /api/cluster once a second and redraws the page from it.
 // Every string from the document goes in through textContent or setAttribute, never as markup:
 // node ids, group names and event texts come from the network.
+// A node with an admin token answers 401 without it: the page asks for it once and keeps it in this
+// tab's sessionStorage, sending it as a bearer header.
 "use strict";
 
 const POLL_MS = 1000;
+const TOKEN_KEY = "quorumlog.admin-token";
 const FETCH_TIMEOUT_MS = 5000;
 const EVENT_ROWS = 60;
 const KINDS = ["election", "transfer", "recovery", "reset", "refusal", "node"];
@@ -255,6 +258,35 @@ function render(doc) {
   renderEvents(doc);
 }
 
+// -- the admin token -----------------------------------------------------------------------------
+
+let asking = false;
+
+function askToken(error) {
+  asking = true;
+  last = null;
+  document.body.dataset.state = "login";
+  const c = document.getElementById("conn");
+  c.textContent = "admin token required";
+  c.className = "pill bad";
+  document.getElementById("login-error").textContent = error || "";
+  document.getElementById("login").hidden = false;
+  document.getElementById("token").focus();
+}
+
+function tokenGiven(event) {
+  event.preventDefault();
+  const input = document.getElementById("token");
+  const token = input.value.trim();
+  if (!token) return;
+  sessionStorage.setItem(TOKEN_KEY, token);
+  input.value = "";
+  document.getElementById("login").hidden = true;
+  document.body.dataset.state = "loading";
+  asking = false;
+  poll();
+}
+
 // -- polling -------------------------------------------------------------------------------------
 
 function setConn(ok, text) {
@@ -267,8 +299,15 @@ function setConn(ok, text) {
 async function poll() {
   const ctl = new AbortController();
   const timer = setTimeout(() => ctl.abort(), FETCH_TIMEOUT_MS);
+  const token = sessionStorage.getItem(TOKEN_KEY);
   try {
-    const res = await fetch("/api/cluster", { cache: "no-store", signal: ctl.signal });
+    const headers = token ? { Authorization: "Bearer " + token } : {};
+    const res = await fetch("/api/cluster", { cache: "no-store", signal: ctl.signal, headers });
+    if (res.status === 401) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      askToken(token ? "that token was refused" : null);
+      return;
+    }
     if (!res.ok) throw new Error("HTTP " + res.status);
     last = await res.json();
     render(last);
@@ -277,9 +316,10 @@ async function poll() {
     setConn(false, "no answer from this node: " + (err && err.message ? err.message : err));
   } finally {
     clearTimeout(timer);
-    setTimeout(poll, POLL_MS);
+    if (!asking) setTimeout(poll, POLL_MS);
   }
 }
 
+document.getElementById("login").addEventListener("submit", tokenGiven);
 renderFilter();
 poll();
