@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import select
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -145,3 +146,45 @@ def test_sockets_that_never_start_tls_are_capped_and_timed_out(cluster_factory: 
     finally:
         for s in silent:
             s.close()
+
+
+def _churn(port: int, tls: ssl.SSLContext | None, rounds: int) -> None:
+    """Connections that end every way a handshake can fail, one after another from 127.0.0.1."""
+    hello = encode_frame(REQUEST, Op.HELLO, 1, HELLO_REQUEST.encode(PROTOCOL_VERSION, "elsewhere", "client"))
+    for k in range(rounds):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        try:
+            if k % 4 == 1:
+                s.sendall(b"GET / HTTP/1.1\r\n\r\n")  # no frame, and no TLS either
+            elif k % 4 >= 2 and tls is not None:
+                try:
+                    s = tls.wrap_socket(s, server_hostname="n0")
+                    if k % 4 == 3:
+                        s.sendall(hello)
+                except (ssl.SSLError, OSError):
+                    pass
+            elif k % 4 == 2:
+                s.sendall(hello)  # refused: another cluster
+            elif k % 4 == 3:
+                s.sendall(hello[:7])  # half a frame
+        finally:
+            s.close()
+
+
+@pytest.mark.parametrize("with_tls", [False, True], ids=["plain", "tls"])
+def test_every_failed_handshake_gives_its_place_back(cluster_factory: Any, certs: Path, with_tls: bool) -> None:
+    """120 handshakes that fail or are cut, every way, from one address with a cap of 4 per address: if a
+    single place leaked the address would be locked out for good."""
+    kwargs: dict[str, Any] = {"tls_dir": certs} if with_tls else {}
+    cluster = cluster_factory(nodes=1, node={"max_handshakes_per_address": 4}, **kwargs)
+    ca, cert, key = certs / "ca.pem", certs / "client.pem", certs / "client.key"
+    good = client_context(ca, cert, key) if with_tls else None
+    with Client(cluster.endpoints, group="g0", tls=good, retry_timeout=30) as c:
+        c.append(b"started")
+    no_cert = client_context(ca) if with_tls else None
+    _churn(cluster.nodes[0].port, no_cert, 60)
+    _churn(cluster.nodes[0].port, good, 60)
+    time.sleep(0.5)
+    with Client(cluster.endpoints, group="g0", tls=good, retry_timeout=3) as c:
+        r = c.append(b"after the churn")
+        assert c.get(r.index).body == b"after the churn"
