@@ -93,6 +93,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _hint(e: QuorumLogError) -> str:
+    """What to do about an error the command line can fix."""
+    from .net.errors import SecretRequiredError
+
+    if isinstance(e, SecretRequiredError):
+        return ("; pass --secret-file FILE, or set QUORUMLOG_SECRET_FILE (local-cluster keeps the secret in "
+                "DATA_DIR/secret and prints the line to run)")
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["simulate"]:
@@ -104,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except QuorumLogError as e:
-        print(f"quorumlog: error: {e}", file=sys.stderr)
+        print(f"quorumlog: error: {e}{_hint(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -272,6 +272,24 @@ def test_a_member_that_knows_its_epoch_but_no_primary_takes_the_records() -> Non
     assert b.leader_id == "a" and not b.behind(3, "a") and not b.behind(3, "c")
 
 
+def test_a_pristine_store_in_a_controlled_group_is_joining_until_the_controller_tells() -> None:
+    """A pristine store may be new or a replaced disk: it is held back (recovering, no primary role) until the
+    controller tells, and reported meanwhile as joining, never as recovering: a new group has lost nothing.
+    Told the group exists, it is a replaced disk and recovering for real; damage found later is never joining."""
+    cfg = HaConfig(replication="primary-backup", primary="a", controller="ctl")
+    new, wiped, damaged = (HaNode(i, GROUP, list(IDS), store(), cfg, RAFT, 0) for i in IDS)
+    assert all(n.recovering and n.joining for n in (new, wiped, damaged))
+    assert new.primary_id is None  # the configured primary, withheld
+    new.recovered(0)  # the controller found the group new
+    assert not new.recovering and not new.joining and new.role == Role.LEADER and not new.confirmed
+    wiped.group_exists = True  # the controller found an election recorded
+    assert wiped.recovering and not wiped.joining
+    damaged._cut_at(0)  # (what report_corruption does on a backup)
+    assert damaged.recovering and not damaged.joining
+    plain = HaNode("b", GROUP, list(IDS), store(), HaConfig(replication="primary-backup", primary="a"), RAFT, 0)
+    assert not plain.recovering and not plain.joining
+
+
 @pytest.mark.parametrize("controller", [None, "ctl"])
 def test_a_primary_whose_recovery_cut_a_torn_tail_is_recovering_a_backup_is_not(controller: str | None) -> None:
     """Past its checkpoint a store's recovery cannot tell a torn write from rot in entries acknowledged since

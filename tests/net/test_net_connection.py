@@ -24,7 +24,7 @@ from quorumlog.net import (
 )
 from quorumlog.net import schemas as sc
 from quorumlog.net.connection import Connection
-from quorumlog.net.errors import ProtocolError, UnverifiedPeerError
+from quorumlog.net.errors import MalformedAnswerError, NotANodeError, ProtocolError, UnverifiedPeerError
 from quorumlog.net.frames import PROTOCOL_VERSION, RESPONSE, Frame, FrameDecoder, Kind, encode_frame
 from quorumlog.net.hello import ClientHandshake
 from quorumlog.net.ops import Op
@@ -564,3 +564,46 @@ def test_member_list_refusal_is_logged_once_on_each_side_while_the_peer_retries(
     assert len(client_side) == 1 and reason in client_side[0], warnings
     repeats = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and "again" in r.getMessage()]
     assert len(repeats) >= 8  # the later refusals, on both sides, went to DEBUG
+
+
+def test_an_http_server_is_named_as_such_and_logged_once_while_an_endpoint_retries(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Dialling an HTTP port (a node's admin port, by mistake) used to read "HTTP" as a frame length of
+    1213486160 and log that at every attempt. connect() now says what answers there, and an Endpoint that
+    keeps retrying logs it once; garbage that is no HTTP is logged once too."""
+    caplog.set_level(logging.DEBUG, "quorumlog.net")
+
+    async def main() -> None:
+        async def http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(100)
+            writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            await writer.drain()
+            writer.close()
+
+        async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(100)
+            writer.write(b"\xff" * 32)
+            await writer.drain()
+            writer.close()
+
+        for handler, kind in ((http, NotANodeError), (garbage, MalformedAnswerError)):
+            srv = await asyncio.start_server(handler, HOST, 0)
+            port = srv.sockets[0].getsockname()[1]
+            if kind is NotANodeError:
+                with pytest.raises(NotANodeError, match=f"{HOST}:{port} answers in HTTP.*admin port"):
+                    await connect(HOST, port, cluster=CLUSTER, timeout=5)
+            async with Endpoint(HOST, port, cluster=CLUSTER, node_id="n2", backoff_initial=0.01, backoff_max=0.02,
+                                name="n1") as ep:
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 10
+                while ep.refusals < 5 if kind is NotANodeError else len(caplog.records) < 20:
+                    assert loop.time() < deadline
+                    await asyncio.sleep(0.01)
+                assert isinstance(ep.last_error, kind)
+            srv.close()
+            await srv.wait_closed()
+
+    arun(main())
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert "answers in HTTP" in warnings[0] and "exceeds max_frame_bytes" in warnings[1], warnings

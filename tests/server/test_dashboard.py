@@ -421,3 +421,29 @@ def test_a_follower_behind_in_three_polls_in_a_row_is_marked_lagging(tmp_path: P
 
     assert asyncio.run(polls()) == [(5000, False), (0, False), (5000, False), (5000, False), (5000, True),
                                     (None, False), (20, False)]
+
+
+def test_events_of_one_millisecond_keep_their_order_and_a_member_that_goes_away_gets_an_event(
+        tmp_path: Path) -> None:
+    """A node records several events within one millisecond (a role change and its election, say): the page
+    lists them newest first, so the tie must not put them back in their recording order. A member down at the
+    first look, or gone from the membership, gets an event of its own (the list of nodes alone says neither)."""
+    peers = {"n0": "127.0.0.1:1", "n1": "127.0.0.1:2", "n2": "127.0.0.1:3"}
+    texts = ("candidate in term 2: asking for votes", "became leader in term 2", "leadership transfer: done")
+    same = [{"t": 5.0, "kind": "election", "group": "g0", "text": text, "count": 1} for text in texts]
+    docs = {"n0": NodeDoc("n0", uptime_s=1, events=[{"t": 4.0, "kind": "node", "group": None, "text": "started",
+                                                     "count": 1}, *same]),
+            "n1": NodeDoc("n1", uptime_s=1)}
+
+    async def polls() -> tuple[list[str], list[str]]:
+        view = ClusterView(NodeServer(NodeConfig("n0", tmp_path, (GroupConfig("g0", peers),))))
+        view._note_up_down(list(peers), docs, {"n2": "connection refused"})
+        doc = view._document(list(peers), docs, {"n2": "connection refused"})
+        first = [e["text"] for e in doc["events"]]
+        view._note_up_down(["n0", "n1"], docs, {})  # n2 left the membership
+        return first, [e["text"] for e in view._document(["n0", "n1"], docs, {})["events"]]
+
+    first, later = asyncio.run(polls())
+    assert first[0] == "seen from n0: n2 is down: connection refused"
+    assert first[1:] == [*reversed(texts), "started"]
+    assert later[0] == "seen from n0: n2 is no longer a member"

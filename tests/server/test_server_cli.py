@@ -4,8 +4,12 @@ HTTP endpoints; local-cluster's start and clean stop; errors as one line and a n
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
+import pty
+import re
+import select
 import signal
 import socket
 import subprocess
@@ -25,8 +29,15 @@ from .conftest import kill_leftovers, metric_value, pids_with, scrape, wait_unti
 QL = [sys.executable, "-m", "quorumlog"]
 
 
-def ql(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*QL, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
+def ql(*args: str, stdin: str | None = None, timeout: float = 60,
+       env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*QL, *args], input=stdin, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def private_file(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
 
 
 def test_append_read_tail_status_transfer(cluster_factory: Any) -> None:
@@ -94,6 +105,117 @@ def test_errors_are_one_line_and_non_zero(cluster_factory: Any) -> None:
         assert h.returncode == 0 and "usage:" in h.stdout, cmd
 
 
+def test_errors_name_what_was_wrong(cluster_factory: Any, tmp_path: Path) -> None:
+    """Each refusal says what to fix: the member or group that is unknown (and the groups there are), where
+    the secret comes from when none was given, a wrong secret as such (not as a member), a node that refused
+    us as refused (not down), and a read past the commit index as nothing committed there yet."""
+    cluster = cluster_factory(secret="right-5ecret")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUORUMLOG_")}
+    eps = ["--endpoints", cluster.endpoints]
+    right = ["--secret-file", str(private_file(tmp_path / "right", "right-5ecret\n"))]
+    wrong = ["--secret-file", str(private_file(tmp_path / "wrong", "wrong-5ecret\n"))]
+
+    r = ql("append", *eps, "--timeout", "5", "x", env=env)
+    assert r.returncode == 2 and "requires a shared secret" in r.stderr, r.stderr
+    assert "--secret-file" in r.stderr and "QUORUMLOG_SECRET_FILE" in r.stderr, r.stderr
+    r = ql("append", *eps, *wrong, "--timeout", "5", "x", env=env)
+    assert r.returncode == 2 and "authentication failed: wrong shared secret" in r.stderr, r.stderr
+    assert "UNEXPECTED_MEMBER" not in r.stderr, r.stderr
+    r = ql("status", *eps, *wrong, env=env)
+    assert r.returncode == 1 and r.stdout.count("refused") >= 3 and "down" not in r.stdout, r.stdout
+    assert "authentication failed" in r.stdout, r.stdout
+
+    r = ql("transfer-leader", *eps, *right, "--to", "n7", env=env)
+    assert r.returncode == 2 and "UNKNOWN_MEMBER: 'n7' is not a member of group g0" in r.stderr, r.stderr
+    r = ql("append", *eps, *right, "--group", "g9", "x", env=env)
+    assert r.returncode == 2 and "group 'g9' is not hosted by node n" in r.stderr and "(it hosts g0)" in r.stderr, \
+        r.stderr
+
+    assert ql("append", *eps, *right, "one", "two", env=env).returncode == 0
+    r = ql("read", *eps, *right, "--from", "100", env=env)
+    assert r.returncode == 0 and r.stdout == "", r.stdout
+    assert re.fullmatch(r"quorumlog: nothing is committed at index 100 of group g0 yet: its commit index is \d+\n",
+                        r.stderr), r.stderr
+    r = ql("read", *eps, *right, "--from", "1", env=env)
+    assert r.returncode == 0 and r.stdout.split() == ["one", "two"] and r.stderr == "", r.stdout + r.stderr
+
+
+def test_reads_wait_for_a_starting_cluster_as_appends_do(cluster_factory: Any) -> None:
+    """A read run while the nodes are not listening yet retries the connects within --timeout, as an append
+    does, rather than failing at once with "Connection refused"."""
+    cluster = cluster_factory(start=False)
+    proc = subprocess.Popen([*QL, "read", "--endpoints", cluster.endpoints, "--timeout", "30"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)
+        assert proc.poll() is None, proc.communicate()
+        cluster.start()
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and out == "", err
+        assert err.startswith("quorumlog: nothing is committed at index 0 of group g0 yet"), err  # a new group
+    finally:
+        kill_leftovers(proc, "no other process")
+
+
+def test_a_terminal_hears_what_a_retrying_command_waits_for() -> None:
+    """A wrong endpoint meant --timeout seconds of silence, then the error. On a terminal the command says
+    after a moment what it waits for, once."""
+    (port,) = free_ports(1)
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([*QL, "read", "--endpoints", f"127.0.0.1:{port}", "--timeout", "4"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    said = b""
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the command exited: the terminal has no writer left
+                break
+            if not chunk:
+                break
+            said += chunk
+        assert proc.wait(10) == 2
+    finally:
+        os.close(master)
+        kill_leftovers(proc, "no other process")
+    lines = said.decode().splitlines()
+    assert len(lines) == 2, lines
+    hint = rf"quorumlog: no node answers at 127\.0\.0\.1:{port}; retrying for [0-9] s more"
+    assert re.fullmatch(hint, lines[0]), lines
+    assert lines[1].startswith("quorumlog: error: no node of 127.0.0.1:"), lines
+
+
+def test_a_client_pointed_at_an_http_port_says_so_at_once(cluster_factory: Any) -> None:
+    """The admin port given as an endpoint: the client recognises an HTTP answer and says so at once (it was
+    silent for the whole --timeout, and its log showed "HTTP" read as a frame length at every retry). A
+    browser or curl at the client port costs the node one log line per connection at most."""
+    cluster = cluster_factory(nodes=1)
+    node = cluster.nodes[0]
+    admin = f"127.0.0.1:{node.admin_port}"
+    for args in (["append", "x"], ["read"], ["status"]):
+        t0 = time.monotonic()
+        r = ql(*args, "--endpoints", admin, "--timeout", "15")
+        assert time.monotonic() - t0 < 8, args
+        said = r.stdout if args == ["status"] else r.stderr
+        assert r.returncode in (1, 2) and f"{admin} answers in HTTP" in said and "admin port" in said, said
+        assert "exceeds max_frame_bytes" not in r.stderr and "closing connection" not in r.stderr, r.stderr
+        if args != ["status"]:
+            assert len(r.stderr.splitlines()) == 1, r.stderr
+    assert "not a node" in r.stdout, r.stdout
+    before = node.log_path.read_text().count("\n")
+    for _ in range(5):
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            urllib.request.urlopen(f"http://{node.address}/status", timeout=5).read()
+    time.sleep(0.5)
+    new = node.log_path.read_text().splitlines()[before:]
+    assert 1 <= len([line for line in new if "no HELLO" in line]) <= 5 and len(new) <= 6, new
+
+
 def test_admin_status_and_metrics(cluster_factory: Any) -> None:
     cluster = cluster_factory()
     with Client(cluster.endpoints) as c:
@@ -132,36 +254,50 @@ def _free_range() -> int:
 
 
 def test_local_cluster_starts_and_stops_cleanly(tmp_path: Path) -> None:
+    """The banner comes once every node listens (a read run as soon as it shows finds them), in whole lines
+    when the output is not a terminal, with the two export lines the command line needs."""
     base = _free_range()
-    proc = subprocess.Popen([*QL, "local-cluster", "--nodes", "3", "--groups", "2", "--data-dir", str(tmp_path),
+    data = tmp_path / "a-data-directory-whose-path-is-long-enough-to-wrap-a-banner-line-at-eighty-columns"
+    proc = subprocess.Popen([*QL, "local-cluster", "--nodes", "3", "--groups", "2", "--data-dir", str(data),
                              "--base-port", str(base)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
+    lines: list[str] = []
     try:
-        lines: list[str] = []
         assert proc.stdout is not None
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             line = proc.stdout.readline()
             if not line:
                 break
-            lines.append(line)
-            if line.startswith("endpoints:"):
+            lines.append(line.rstrip("\n"))
+            if line.startswith("Ctrl-C stops every node."):
                 break
-        eps = lines[-1].split(":", 1)[1].strip()
         if "port" in "".join(lines) and "not free" in "".join(lines):
             pytest.skip("the port range was taken")
-        # Authentication is on: a secret only this user reads, and the line telling clients where it is.
-        secret_file = tmp_path / "secret"
+        # Every node listens when the banner shows: a read at once finds them (it once failed, refused).
+        for i in range(3):
+            socket.create_connection(("127.0.0.1", base + i), timeout=1).close()
+        eps = ",".join(f"127.0.0.1:{base + i}" for i in range(3))
+        secret_file = data / "secret"
+        env = {**os.environ, "QUORUMLOG_SECRET_FILE": str(secret_file), "QUORUMLOG_ENDPOINTS": eps}
+        r = subprocess.run([*QL, "read", "--group", "g1", "--timeout", "0.5"], capture_output=True, text=True,
+                           timeout=60, env=env)
+        assert r.returncode == 0, r.stderr
+        # Piped, whole lines: each node's line with its log path, the export lines to paste.
+        for i in range(3):
+            assert any(line.startswith(f"  n{i}  127.0.0.1:{base + i}  ") and line.endswith(f"/n{i}/node.log")
+                       for line in lines), lines
+        assert f"  export QUORUMLOG_ENDPOINTS={eps}" in lines, lines
+        assert f"  export QUORUMLOG_SECRET_FILE={secret_file}" in lines, lines
+        assert f"endpoints: {eps}" in lines, lines
+        # Authentication is on: a secret only this user reads.
         assert secret_file.stat().st_mode & 0o077 == 0
-        extra = proc.stdout.readline() + proc.stdout.readline()
-        assert f"export QUORUMLOG_SECRET_FILE={secret_file}" in extra, extra
         secret = secret_file.read_text().strip()
         for group in ("g0", "g1"):
             with Client(eps, group=group, secret=secret, retry_timeout=60) as c:
                 assert c.append(group.encode()).index >= 0
-        env = {**os.environ, "QUORUMLOG_SECRET_FILE": str(secret_file)}  # the README's way
-        r = subprocess.run([*QL, "append", "--endpoints", eps, "--group", "g1", "via-cli"], capture_output=True,
-                           text=True, timeout=60, env=env)
+        r = subprocess.run([*QL, "append", "--group", "g1", "via-cli"], capture_output=True, text=True, timeout=60,
+                           env=env)
         assert r.returncode == 0, r.stderr
         r = ql("append", "--endpoints", eps, "--timeout", "3", "no-secret")
         assert r.returncode != 0 and "secret" in r.stderr, r.stderr
@@ -358,7 +494,7 @@ def test_bad_numbers_are_refused_in_one_line_before_anything_starts(args: list[s
 
 
 def test_a_port_left_in_time_wait_by_a_stopped_node_counts_as_free() -> None:
-    """Issue 37, bug 3: restarting local-cluster right after Ctrl-C failed for about a minute with "port … is
+    """Restarting local-cluster right after Ctrl-C failed for about a minute with "port … is
     not free: Address already in use": the check bound without SO_REUSEADDR while connections the old nodes
     had closed sat in TIME-WAIT. It now judges a port as a node binds it; a port still listened on is taken."""
     from quorumlog.server.cluster import port_taken

@@ -4,9 +4,11 @@ in-sync set, and promotes an in-sync backup when the primary is gone (RocketMQ 5
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import shutil
 import signal
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,9 @@ from .conftest import (
     disk_full_past,
     fill_disk,
     flip_bit,
+    metric_value,
     node_index,
+    scrape,
     statuses,
     wait_leader,
 )
@@ -327,6 +331,35 @@ async def _caught_up_and_everything_everywhere(c: AsyncClient, cluster: Any, nod
     for node in cluster.nodes:
         bodies = dict(await committed_entries(node.address))
         assert all(bodies.get(i) == b for i, b in acked.items()), f"{node.node_id} lacks acknowledged entries"
+
+
+def test_a_fresh_group_reports_no_recovery(cluster_factory: Any) -> None:
+    """Every store of a new controlled group starts pristine, and waits for the controller to say whether the
+    group is new (a replaced disk is pristine too). That wait is `joining`, as a Raft store's probe is: no
+    member may show `recovering`, a RECOVERY event or quorumlog_recovering 1 (the "node in recovery" alert)
+    while the group starts and takes writes."""
+    cluster = cluster_factory(replication="primary-backup", ha=HA)
+    seen: list[tuple[str, str, Any]] = []
+
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints, retry_timeout=30) as c:
+            loop = asyncio.get_running_loop()
+            stop = loop.time() + 2.0
+            n = 0
+            while loop.time() < stop:
+                await c.append(f"e{n}".encode())
+                n += 1
+                if n % 10 == 0:
+                    seen.extend((m, "recovering", s["recovering"]) for m, s in (await statuses(c, cluster)).items())
+            assert n > 20
+
+    asyncio.run(main())
+    assert not [s for s in seen if s[2]], seen
+    for node in cluster.nodes:
+        doc = json.loads(urllib.request.urlopen(node.admin_url + "/status", timeout=5).read())
+        assert not doc["groups"]["g0"]["recovering"] and not doc["groups"]["g0"]["joining"]
+        assert [e["text"] for e in doc["events"] if e["kind"] == "recovery"] == [], node.node_id
+        assert metric_value(scrape(node.admin_url), "quorumlog_recovering", group="g0") == 0, node.node_id
 
 
 @pytest.mark.parametrize("who", ["primary", "backup"])

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import re
 import shutil
 import signal
 import subprocess
@@ -389,6 +391,34 @@ def test_promote_refuses_a_backup_behind_the_live_primary_unless_forced(cluster_
             assert await c.promote("n0") == ("n0", promotion_epoch(N1_EPOCH, MEMBERS, "n0"))
 
     asyncio.run(main())
+
+
+def test_a_primary_backup_group_speaks_of_primaries_backups_and_epochs(cluster_factory: Any) -> None:
+    """Its log lines and events say primary, backup and epoch (they said "follower in term 1"); a leadership
+    transfer, which it has no use for, is refused naming `promote`, and records no transfer events."""
+    cluster = pb_cluster(cluster_factory)
+    with Client(cluster.endpoints) as c:
+        c.append(b"x")
+        r = subprocess.run([sys.executable, "-m", "quorumlog", "transfer-leader", "--endpoints", cluster.endpoints,
+                            "--to", "n1"], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2, r.stderr
+        assert "UNSUPPORTED: group g0 is a primary/backup group: use promote (quorumlog promote --group g0 --to n1)" \
+            in r.stderr, r.stderr
+        assert c.promote("n1") == ("n1", N1_EPOCH)
+        c.append(b"y")
+    logs = {n.node_id: n.log_path.read_text() for n in cluster.nodes}
+    assert f"group g0: backup in epoch {N1_EPOCH}, primary n1" in logs["n0"], logs["n0"]
+    assert f"group g0: primary in epoch {N1_EPOCH}, primary n1" in logs["n1"], logs["n1"]
+    for n, text in logs.items():
+        assert not re.search(r"group g0: \w+ in term|leader n\d", text), (n, text)
+    texts = {}
+    for n in ("n0", "n1"):
+        doc = json.loads(urllib.request.urlopen(cluster.nodes[node_index(cluster, n)].admin_url + "/status",
+                                                timeout=5).read())
+        texts[n] = [e["text"] for e in doc["events"] if e["group"] == "g0"]
+        assert not any("term" in t or "leader" in t for t in texts[n]), texts
+    assert f"backup in epoch {N1_EPOCH}, primary n1" in texts["n0"], texts
+    assert f"became primary in epoch {N1_EPOCH}" in texts["n1"], texts
 
 
 # -- a backup behind, a backup wiped -----------------------------------------------------------------

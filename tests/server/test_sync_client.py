@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from quorumlog.client import AppendResult, Client
+from quorumlog.client import AppendResult, Client, Metadata
 
 
 def test_sync_client_from_many_threads(cluster_factory: Any) -> None:
@@ -55,7 +55,7 @@ def test_sync_client_from_many_threads(cluster_factory: Any) -> None:
 
 
 def test_arguments_are_checked_before_anything_is_sent_or_drawn(cluster_factory: Any) -> None:
-    """Issue 37, bugs 1 and 2: a body the client refused still used up a sequence number, so the next valid
+    """A body the client refused still used up a sequence number, so the next valid
     append failed OUT_OF_ORDER_SEQUENCE (UNKNOWN_PRODUCER on a fresh client); and a negative index went to
     the server, which answered INDEX_LESS_THAN_LOCAL_BEGIN where a ValueError was promised."""
     cluster = cluster_factory(nodes=1)
@@ -70,3 +70,13 @@ def test_arguments_are_checked_before_anything_is_sent_or_drawn(cluster_factory:
             with pytest.raises(ValueError, match="must not be negative"):
                 call()
         assert c.get(first.index).body == b"next"
+
+
+def test_metadata_prints_the_leader_term_and_members() -> None:
+    """`print(c.metadata())` shows what it says it holds; each member's status document (kilobytes of
+    histograms) stays in `nodes`, out of the repr."""
+    md = Metadata("g0", "n1", 2, {"n0": "127.0.0.1:9000", "n1": "127.0.0.1:9001"},
+                  {"n0": {"stats": "x" * 4000}, "n1": None})
+    assert repr(md) == ("Metadata(group='g0', leader='n1', term=2, peers={'n0': '127.0.0.1:9000', "
+                        "'n1': '127.0.0.1:9001'})")
+    assert md.nodes["n0"] is not None

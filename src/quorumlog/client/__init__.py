@@ -3,16 +3,18 @@
     with Client("127.0.0.1:9000,127.0.0.1:9001,127.0.0.1:9002", group="g0") as c:
         r = c.append(b"event")            # AppendResult(index, term, pos)
         c.append_many([b"a", b"b"])       # one frame, one quorum wait
-        e = c.get(r.index)                # Entry(index, term, pos, body)
+        e = c.get(r.index)                # Entry(index, term, pos, body, magic, meta)
         for e in c.read(0, 1000): ...     # committed entries only
-        c.metadata()                      # leader, term, members, per-node indexes
+        c.metadata()                      # leader, term, members; .nodes: each member's status
 
 An endpoint may name its node, "n0=127.0.0.1:9000" (as a group's `peers` do): the node answering there
 must then be n0, as must the members at the addresses METADATA names (docs/security.md).
 
 The client finds the leader through METADATA, follows NOT_LEADER redirects, and retries with back-off
-across a leader change until `retry_timeout`. Appends are pipelined: concurrent calls share one
-connection and many requests may be in flight.
+across a leader change until `retry_timeout`; reads and METADATA, too, try again while no node answers
+(`stalled` says what a call waits for meanwhile). An address that answers in HTTP is no node: the call
+fails at once with NotANodeError when no other endpoint answers. Appends are pipelined: concurrent calls
+share one connection and many requests may be in flight.
 
 **Retries never write twice.** Each client is an idempotent producer: it draws a random 63-bit
 producer id and numbers its appends; the leader recognises a retry (after TERM_CHANGED,

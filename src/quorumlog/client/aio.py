@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from ssl import SSLContext
 from typing import Any, TypeVar
 
@@ -28,6 +29,7 @@ from ..net.connection import Connection, connect
 from ..net.errors import (
     ConnectionClosedError,
     HandshakeError,
+    NotANodeError,
     ProtocolError,
     RequestTimeoutError,
     ResponseError,
@@ -108,6 +110,9 @@ class AsyncClient:
         self._rng = random.Random()
         self._closed = False
         self.retries = 0  # requests sent again after a redirect, error or lost connection
+        # While a call retries: (what it waits for, since when, until when), times by time.monotonic(); None
+        # once a call gets through. The CLI tells a terminal about it after a moment (commands/client_cmds.py).
+        self.stalled: tuple[str, float, float] | None = None
         # The idempotent producer (producer.py): every append carries (producer id, sequence), so a retry
         # is recognised and answered with the original entries.
         self.idempotent = idempotent
@@ -183,6 +188,12 @@ class AsyncClient:
                 if addr == self._leader_addr:
                     self._leader_addr = None
 
+    def _stall(self, what: str, deadline: float) -> None:
+        """Note that a call waits for `what` until `deadline` (a loop time), keeping when the wait began."""
+        now = time.monotonic()
+        since = self.stalled[1] if self.stalled is not None else now
+        self.stalled = (what, since, now + max(0.0, deadline - asyncio.get_running_loop().time()))
+
     def _addresses(self) -> list[str]:
         seen = dict.fromkeys(self.endpoints)
         for addr in self.peers.values():
@@ -214,11 +225,14 @@ class AsyncClient:
             addrs = self._addresses()
             results = await asyncio.gather(*(self._metadata_from(a) for a in addrs), return_exceptions=True)
             best = None
+            wrong: NotANodeError | None = None
             for r in results:
                 if isinstance(r, BaseException):
                     if isinstance(r, ResponseError | HandshakeError) and r.code == ResponseCode.UNKNOWN_GROUP:
                         raise error_for(r.code, r.reason if isinstance(r, ResponseError) else str(r))
-                    if (isinstance(r, HandshakeError) and not isinstance(r, UnverifiedPeerError)
+                    if isinstance(r, NotANodeError):
+                        wrong = r  # a wrong address among the endpoints: the others may do
+                    elif (isinstance(r, HandshakeError) and not isinstance(r, UnverifiedPeerError)
                             and r.code != ResponseCode.TOO_MANY_CONNECTIONS):
                         raise r  # refused by a node: retrying will not help (an impostor may be one address)
                     last = r
@@ -228,10 +242,16 @@ class AsyncClient:
                 self.leader = best.leader
                 self.term = best.term
                 self._leader_addr = self.peers[best.leader]
+                self.stalled = None
                 return self._leader_addr
+            answered = not all(isinstance(r, BaseException) for r in results)
+            if wrong is not None and not answered:
+                raise wrong  # no node answers anywhere, and one address is not a node's: say so at once
             if loop.time() + delay > deadline:
                 raise LeaderUnavailableError(f"no leader of group {self.group} found among {', '.join(addrs)}"
                                              + (f" (last error: {last})" if last else ""))
+            self._stall(f"no leader of group {self.group} yet" if answered else
+                        f"no node answers at {', '.join(addrs)}", deadline)
             await asyncio.sleep(delay * (0.5 + self._rng.random()))
             # Asking every node for its leader is cheap, and an election takes tens of milliseconds: a
             # short cap finds the new leader (or a starting cluster's first) soon after it exists.
@@ -278,6 +298,8 @@ class AsyncClient:
                         raise AppendUncertainError(str(e), code, e.leader) from None
                 elif code not in _RETRY:
                     raise error_for(code, e.reason, e.leader, e.detail) from None
+                else:
+                    self._stall(f"group {self.group}: {code.name}", deadline)
                 err: QuorumLogError = e
             except (ConnectionClosedError, OSError, RequestTimeoutError, UnverifiedPeerError) as e:
                 self._leader_addr = None
@@ -367,19 +389,43 @@ class AsyncClient:
 
     # -- reads -------------------------------------------------------------------------------------
     async def _any_call(self, op: Op, body: bytes, schema: Schema, prefer_leader: bool = True) -> Any:
-        """A read-only request: the leader if known, else any node that answers."""
-        order = self._addresses()
-        if prefer_leader and self._leader_addr is not None:
-            order = [self._leader_addr] + [a for a in order if a != self._leader_addr]
-        last: BaseException | None = None
-        for addr in order:
-            try:
-                return await self._call(addr, op, body, schema)
-            except ResponseError as e:
-                raise error_for(e.code, e.reason, e.leader) from None
-            except (ConnectionClosedError, OSError, RequestTimeoutError) as e:
-                last = e
-        raise LeaderUnavailableError(f"no node of {', '.join(order)} answered: {last}", ResponseCode.NETWORK_ERROR)
+        """A read-only request: the leader if known, else any node that answers; while none does (a cluster
+        still starting, every node restarting), tried again until retry_timeout, as appends are."""
+        return await self._until_answered(lambda addr: self._call(addr, op, body, schema), prefer_leader)
+
+    async def _until_answered(self, call: Callable[[str], Awaitable[T]], prefer_leader: bool = True) -> T:
+        """`call(address)` on the first node that answers, the known ones in turn, again and again until
+        retry_timeout while none does. A node's refusal ends it at once."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.retry_timeout
+        delay = 0.01
+        while True:
+            order = self._addresses()
+            if prefer_leader and self._leader_addr is not None:
+                order = [self._leader_addr] + [a for a in order if a != self._leader_addr]
+            last: BaseException | None = None
+            wrong: NotANodeError | None = None
+            for addr in order:
+                try:
+                    r = await call(addr)
+                except ResponseError as e:
+                    raise error_for(e.code, e.reason, e.leader) from None
+                except NotANodeError as e:
+                    wrong = last = e
+                except (ConnectionClosedError, OSError, RequestTimeoutError, UnverifiedPeerError) as e:
+                    last = e
+                else:
+                    self.stalled = None
+                    return r
+            if wrong is not None:
+                raise wrong  # no node answered, and one address is not a node's: say so at once
+            if loop.time() + delay > deadline:
+                raise LeaderUnavailableError(f"no node of {', '.join(order)} answered: {last}",
+                                             ResponseCode.NETWORK_ERROR)
+            self._stall(f"no node answers at {', '.join(order)}", deadline)
+            self.retries += 1
+            await asyncio.sleep(delay * (0.5 + self._rng.random()))
+            delay = min(delay * 2, 0.2)
 
     async def get(self, index: int) -> Entry:
         """The committed entry at `index` (IndexOutOfRangeError when it is not committed)."""
@@ -486,18 +532,7 @@ class AsyncClient:
     # -- cluster -----------------------------------------------------------------------------------
     async def metadata(self, *, with_nodes: bool = True) -> Metadata:
         """Leader, term and members; with_nodes adds each member's status (begin/end/committed index)."""
-        last: BaseException | None = None
-        r = None
-        for addr in self._addresses():
-            try:
-                r = await self._metadata_from(addr)
-                break
-            except ResponseError as e:
-                raise error_for(e.code, e.reason, e.leader) from None
-            except (ConnectionClosedError, OSError, RequestTimeoutError, UnverifiedPeerError) as e:
-                last = e
-        if r is None:
-            raise LeaderUnavailableError(f"no node answered METADATA: {last}", ResponseCode.NETWORK_ERROR)
+        r = await self._until_answered(self._metadata_from, prefer_leader=False)
         nodes: dict[str, dict[str, Any] | None] = {}
         if with_nodes:
             ids = list(r.peers)

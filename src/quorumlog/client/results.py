@@ -30,7 +30,9 @@ class Metadata:
     leader: str | None
     term: int
     peers: dict[str, str]
-    nodes: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    # Each member's whole status document (its histograms included): kept out of the repr, which prints
+    # the leader, term and members.
+    nodes: dict[str, dict[str, Any] | None] = field(default_factory=dict, repr=False)
 
 
 def parse_endpoints(endpoints: str | Sequence[str]) -> list[str]:

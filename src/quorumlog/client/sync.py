@@ -120,6 +120,11 @@ class Client:
         """Start one AsyncClient.read_raw and return at once (so a reader can keep a READ in flight)."""
         return self._submit(self._ac.read_raw(start, max_entries, max_bytes, node=node))
 
+    def read_batch(self, start: int, max_entries: int = 10000, max_bytes: int = 4 << 20,
+                   include_control: bool = False) -> tuple[list[Entry], int, int]:
+        """One READ: (committed entries from `start`, the next index to ask for, the committed index)."""
+        return self._run(self._ac.read_batch(start, max_entries, max_bytes, include_control))
+
     def read(self, start: int, count: int, *, include_control: bool = False) -> Iterator[Entry]:
         """Committed entries start..start+count-1, fetched a batch at a time."""
         return self._iterate(self._ac.read(start, count, include_control=include_control))

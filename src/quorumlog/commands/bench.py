@@ -47,7 +47,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="primary-backup: answer once the in-sync backups acked (sync, the default) or at the "
                         "primary's flush (async)")
     p.add_argument("--size", type=non_negative, default=1024, help="payload bytes per entry (default 1024)")
-    p.add_argument("--seconds", type=seconds, default=10.0, help="throughput phase length (default 10; 0 skips it)")
+    p.add_argument("--seconds", type=seconds, default=10.0, help="throughput phase length (default 10; 0 skips "
+                   "it); the --single and --failovers phases follow it")
     p.add_argument("--connections", type=positive, default=2, help="client connections (default 2)")
     p.add_argument("--inflight", type=positive, default=8, help="requests in flight per connection (default 8)")
     p.add_argument("--batch", type=positive, default=256, help="entries per request (default 256; 1 = single)")
@@ -59,6 +60,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-idempotent", dest="idempotent", action="store_false",
                    help="plain appends, without the idempotent producer's (producer, sequence)")
     p.set_defaults(func=_bench)
+
+
+def _secret(args: argparse.Namespace) -> str | None:
+    """The clients' secret: the --local cluster's (it has none), else the command line's or environment's."""
+    return None if args.local else read_secret(args)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -142,7 +148,7 @@ async def _throughput(args: argparse.Namespace, progress: Any) -> dict[str, Any]
 
     payload = os.urandom(args.size)
     batch = max(1, args.batch)
-    clients = [AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=read_secret(args),
+    clients = [AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=_secret(args),
                            token=args.token, tls=tls_context(args),
                            retry_timeout=args.timeout, idempotent=args.idempotent) for _ in range(args.connections)]
     # The request body is the same every time: encode it once (the client's CPU is not what we measure).
@@ -204,7 +210,7 @@ async def _single(args: argparse.Namespace) -> dict[str, Any]:
 
     payload = os.urandom(args.size)
     lat = []
-    async with AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=read_secret(args),
+    async with AsyncClient(args.endpoints, args.group, cluster=args.cluster, secret=_secret(args),
                            token=args.token, tls=tls_context(args),
                            idempotent=args.idempotent) as c:
         await c.append(payload)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import sys
+import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -114,11 +117,42 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_promote)
 
 
-def _client(args: argparse.Namespace) -> Any:
+@contextlib.contextmanager
+def _client(args: argparse.Namespace) -> Iterator[Any]:
+    """The command's client; on a terminal, while it retries, a line after a moment saying what for."""
     from ..client import Client
 
-    return Client(args.endpoints, group=args.group, cluster=args.cluster, secret=read_secret(args),
-                  token=args.token, tls=tls_context(args), retry_timeout=args.timeout)
+    with Client(args.endpoints, group=args.group, cluster=args.cluster, secret=read_secret(args),
+                token=args.token, tls=tls_context(args), retry_timeout=args.timeout) as c:
+        if not sys.stderr.isatty():
+            yield c
+            return
+        stop = threading.Event()
+        watcher = threading.Thread(target=_say_what_stalls, args=(c.aio, stop), daemon=True)
+        watcher.start()
+        try:
+            yield c
+        finally:
+            stop.set()
+            watcher.join(1.0)
+
+
+STALL_HINT_AFTER_S = 1.5
+
+
+def _say_what_stalls(client: Any, stop: threading.Event) -> None:
+    """Once a call has retried for STALL_HINT_AFTER_S, say on stderr what it waits for, once per reason: a
+    wrong endpoint would otherwise be silence until --timeout runs out."""
+    said: set[str] = set()
+    while not stop.wait(0.1):
+        stalled = client.stalled  # (a tuple, replaced whole by the client's thread)
+        if stalled is None:
+            continue
+        what, since, until = stalled
+        now = time.monotonic()
+        if what not in said and now - since >= STALL_HINT_AFTER_S and until > now:
+            said.add(what)
+            print(f"quorumlog: {what}; retrying for {until - now:.0f} s more", file=sys.stderr, flush=True)
 
 
 def _stdin_batches(size: int) -> Iterator[list[bytes]]:
@@ -175,9 +209,17 @@ def _print_entry(e: Entry, fmt: str) -> None:
 
 def _read(args: argparse.Namespace) -> int:
     with _client(args) as c:
+        printed = 0
         for e in c.read(args.start, args.count, include_control=args.include_control):
             _print_entry(e, args.format)
-    sys.stdout.flush()
+            printed += 1
+        sys.stdout.flush()
+        if not printed and args.count:
+            # Nothing to print: say why when it is that nothing is committed there yet (not an error).
+            _entries, _next, committed = c.read_batch(args.start, 1)
+            if args.start > committed:
+                print(f"quorumlog: nothing is committed at index {args.start} of group {args.group} yet: its "
+                      f"commit index is {committed}", file=sys.stderr)
     return 0
 
 
@@ -201,12 +243,15 @@ def _tail(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from ..client import parse_endpoints
+    from ..net.errors import HandshakeError, NotANodeError
 
     docs: dict[str, Any] = {}
     with _client(args) as c:
         for addr in parse_endpoints(args.endpoints):
             try:
                 docs[addr] = c.node_status(addr, all_groups=True)
+            except HandshakeError as e:  # up, but it refused us (or it is no node): not "down"
+                docs[addr] = {"error": str(e), "refused": "not a node" if isinstance(e, NotANodeError) else "refused"}
             except Exception as e:  # a down node is part of the picture, not a failure of the command
                 docs[addr] = {"error": str(e)}
     if args.json:
@@ -223,7 +268,10 @@ def _status(args: argparse.Namespace) -> int:
                          else "left", no_wrap=col != "lag")
     for addr, d in docs.items():
         if "error" in d:
-            table.add_row(addr, "-", "-", "[red]down[/red]", "", "", "", "", "", "", d["error"][:60])
+            if "refused" in d:  # the whole reason: what to fix
+                table.add_row(addr, "-", "-", f"[red]{d['refused']}[/red]", "", "", "", "", "", "", d["error"])
+            else:
+                table.add_row(addr, "-", "-", "[red]down[/red]", "", "", "", "", "", "", d["error"][:60])
             continue
         for name, g in sorted(d["groups"].items()):
             role = g["role"]

@@ -55,6 +55,9 @@ class HaNode:
         # Recovering only because its store started pristine (not for entries it lost since): the controller
         # may find the whole group new (controller_core.py, _vouched). A cut at damage ends it.
         self.started_pristine = False
+        # The controller found the group not new (an election recorded): a pristine store is then a replaced
+        # one, recovering for real, and no longer `joining`.
+        self.group_exists = False
         if self.epoch == 0:  # a new group: epoch 1 led by the configured primary
             self.epoch, primary = 1, cfg.primary
             if cfg.controller is not None and store.end_index < 0 and store.begin_index <= 0:
@@ -98,11 +101,17 @@ class HaNode:
     def is_leader(self) -> bool:
         return self.confirmed
 
-    joining = False
+    @property
+    def joining(self) -> bool:
+        """A pristine store in a controlled group that the controller has not yet found new or existing: it
+        waits as `recovering` does (what it could have acknowledged is unknown), but nothing is known lost,
+        so the server reports it as joining, as a Raft store's probe is (server/group.py)."""
+        return self.started_pristine and self.store.recovering and not self.group_exists
 
     @property
     def recovering(self) -> bool:
-        """Started on a pristine store in a controlled group, and not yet cleared by the controller."""
+        """May lack entries it acknowledged (damage, a cut tail, a pristine store), and not yet cleared: it
+        takes no primary role (joining included)."""
         return self.store.recovering
 
     @property

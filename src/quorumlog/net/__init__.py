@@ -9,9 +9,11 @@ from .endpoint import Endpoint
 from .errors import (
     ConnectionClosedError,
     HandshakeError,
+    NotANodeError,
     ProtocolError,
     RequestTimeoutError,
     ResponseError,
+    SecretRequiredError,
     UnverifiedPeerError,
 )
 from .frames import (
@@ -33,6 +35,7 @@ from .server import Server, serve
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES", "DLEDGER_CODES", "ONEWAY", "PROTOCOL_VERSION", "REQUEST", "RESPONSE",
     "Connection", "ConnectionClosedError", "Endpoint", "Frame", "FrameDecoder", "FrameWriter", "Handler",
-    "HandshakeError", "Kind", "Op", "ProtocolError", "RequestTimeoutError", "ResponseError", "Schema",
-    "Server", "UnverifiedPeerError", "connect", "decode_response", "encode_error", "encode_frame", "run", "serve",
+    "HandshakeError", "Kind", "NotANodeError", "Op", "ProtocolError", "RequestTimeoutError", "ResponseError",
+    "Schema", "SecretRequiredError", "Server", "UnverifiedPeerError", "connect", "decode_response", "encode_error",
+    "encode_frame", "run", "serve",
 ]

@@ -21,7 +21,15 @@ from ..errors import QuorumLogError, ResponseCode
 from ..tls import cert_identity
 from ..untrusted import shown
 from .bodies import encode_error
-from .errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError, UnverifiedPeerError
+from .errors import (
+    ConnectionClosedError,
+    HandshakeError,
+    MalformedAnswerError,
+    NotANodeError,
+    ProtocolError,
+    RequestTimeoutError,
+    UnverifiedPeerError,
+)
 from .frames import (
     DEFAULT_MAX_FRAME_BYTES,
     MAX_REQUEST_ID,
@@ -95,6 +103,8 @@ class Connection(asyncio.Protocol):
         self._closed: asyncio.Future[None] = self._loop.create_future()
         self._close_reason = ""
         self._peer_goodbye = ""
+        self.http_answer = False  # a dialled server answered in HTTP (connect raises NotANodeError)
+        self.malformed = False  # the peer sent bytes that are no frame (connect raises MalformedAnswerError)
         self._next_id = 1
         self._pending: dict[int, asyncio.Future[Frame]] = {}
         # Request deadlines: one heap and one loop timer per connection, not a TimerHandle per request
@@ -160,6 +170,12 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
+            return
+        if not self._ready and self._hs is None and data[:5] == b"HTTP/":
+            # We dialled an HTTP server (a node's admin port?): its answer read as a frame is only a
+            # baffling length ("HTTP" is 1213486160), so say what it is (connect raises it).
+            self.http_answer = True
+            self.close(f"{self._peer_text()} answers in HTTP, not the quorumlog protocol")
             return
         try:
             self._decoder.feed(data)
@@ -403,8 +419,14 @@ class Connection(asyncio.Protocol):
                 fut.set_exception(ConnectionClosedError(exc_text))
 
     def _protocol_error(self, reason: str) -> None:
+        self.malformed = True
         if not self._ready and self._on_refused is not None:  # anyone's: logged within the refusals' limit
             self._on_refused(self, None, f"protocol error before HELLO completed: {reason}")
+        elif not self._ready and self._hs is None:
+            # A connection we dialled, in its handshake: connect() raises the error to the caller, who
+            # reports it (an Endpoint logs each distinct one once; a client says it): a line per attempt
+            # here flooded the log of anything that retries.
+            log.debug("closing connection %s (no HELLO): %s", self._peer_text(), reason)
         else:
             log.warning("closing connection %s (%s): %s", self._peer_text(), self.peer_id or "no HELLO", reason)
         if self._transport is not None and not self._reading_paused:
@@ -621,7 +643,11 @@ async def connect(host: str, port: int, *, cluster: str, node_id: str = CLIENT_I
     try:
         await conn._client_handshake(hs, timeout)
     except ConnectionClosedError as e:
-        raise ConnectionClosedError(f"handshake with {host}:{port} failed: {e}") from None
+        if conn.http_answer:
+            raise NotANodeError(f"{host}:{port} answers in HTTP: an HTTP port (a node's admin port?), not a "
+                                "node's client port", ResponseCode.UNEXPECTED_ARGUMENT) from None
+        kind = MalformedAnswerError if conn.malformed else ConnectionClosedError
+        raise kind(f"handshake with {host}:{port} failed: {e}") from None
     except (HandshakeError, ProtocolError, RequestTimeoutError, asyncio.CancelledError):
         conn.abort("handshake failed")
         raise

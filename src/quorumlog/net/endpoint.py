@@ -10,7 +10,15 @@ import ssl as ssl_module
 from collections.abc import Callable, Mapping
 
 from .connection import Connection, Handler, connect
-from .errors import ConnectionClosedError, HandshakeError, ProtocolError, RequestTimeoutError, UnverifiedPeerError
+from .errors import (
+    ConnectionClosedError,
+    HandshakeError,
+    MalformedAnswerError,
+    NotANodeError,
+    ProtocolError,
+    RequestTimeoutError,
+    UnverifiedPeerError,
+)
 from .frames import DEFAULT_MAX_FRAME_BYTES, Body, Frame
 from .hello import CLIENT_ID
 from .outbox import Outbox
@@ -85,16 +93,17 @@ class Endpoint:
                 conn = await connect(self.host, self.port, **self._connect_args)  # type: ignore[arg-type]
             except HandshakeError as e:
                 self.refusals += 1
-                # UnverifiedPeerError: we refused the other end (not the node dialled, or no proof of it).
-                what = "failed the handshake" if isinstance(e, UnverifiedPeerError) else "refused us"
-                if str(e) != self._logged_refusal:
-                    self._logged_refusal = str(e)
-                    log.warning("%s %s: %s", self.name, what, e)
-                else:
-                    log.debug("%s %s again: %s", self.name, what, e)
+                # UnverifiedPeerError: we refused the other end (not the node dialled, or no proof of it);
+                # NotANodeError: what answers there is no node (an HTTP server: a wrong port).
+                what = "failed the handshake" if isinstance(e, UnverifiedPeerError | NotANodeError) else "refused us"
+                self._log_once(what, e)
                 self.last_error = e
                 delay = self._backoff_max
-            except (OSError, ConnectionClosedError, ProtocolError, RequestTimeoutError) as e:
+            except (ProtocolError, MalformedAnswerError) as e:  # garbage for an answer: a wrong address, said
+                # once (not at every attempt)
+                self._log_once("failed the handshake", e)
+                self.last_error = e
+            except (OSError, ConnectionClosedError, RequestTimeoutError) as e:
                 log.debug("%s: connect failed: %s", self.name, e)
                 self.last_error = e
             else:
@@ -115,6 +124,14 @@ class Endpoint:
             self._notify()
             await asyncio.sleep(delay * (0.5 + self._rng.random()))
             delay = min(delay * 2, self._backoff_max)
+
+    def _log_once(self, what: str, e: BaseException) -> None:
+        """A refusal or a broken handshake at WARNING once, until it changes or a connection succeeds."""
+        if str(e) != self._logged_refusal:
+            self._logged_refusal = str(e)
+            log.warning("%s %s: %s", self.name, what, e)
+        else:
+            log.debug("%s %s again: %s", self.name, what, e)
 
     async def connection(self, timeout: float | None = None) -> Connection:
         """The established connection, waiting up to `timeout` for one."""

@@ -34,6 +34,11 @@ class ConnectionClosedError(QuorumLogError):
     code = ResponseCode.NETWORK_ERROR
 
 
+class MalformedAnswerError(ConnectionClosedError):
+    """A server we dialled answered its handshake with bytes that are no frame (a wrong address): the
+    connection closed on it."""
+
+
 class RequestTimeoutError(QuorumLogError):
     """No response arrived within the request's timeout."""
 
@@ -42,6 +47,15 @@ class RequestTimeoutError(QuorumLogError):
 
 class HandshakeError(QuorumLogError):
     """The HELLO exchange failed: wrong version, cluster or secret. Retrying will not help."""
+
+
+class SecretRequiredError(HandshakeError):
+    """The node requires a shared secret (or a token's) and this side has none."""
+
+
+class NotANodeError(HandshakeError):
+    """The address answers, but not as a quorumlog node would: an HTTP server (a node's admin port, say).
+    Retrying will not help: the address is wrong."""
 
 
 class UnverifiedPeerError(HandshakeError):

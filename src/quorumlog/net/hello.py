@@ -49,7 +49,7 @@ from typing import Any, NoReturn
 
 from ..errors import ResponseCode
 from .bodies import unpack
-from .errors import HandshakeError, ProtocolError, UnverifiedPeerError
+from .errors import HandshakeError, ProtocolError, SecretRequiredError, UnverifiedPeerError
 from .frames import PROTOCOL_VERSION, SUPPORTED_VERSIONS
 from .ops import Op, op_name
 from .schemas import AUTH_REQUEST, AUTH_RESPONSE, HELLO_PEER_REQUEST, HELLO_REQUEST, HELLO_RESPONSE
@@ -405,8 +405,8 @@ class ClientHandshake:
             return None
         if self._key is None:
             self.state = State.FAILED
-            raise HandshakeError(f"node {r.node_id!r} requires a shared secret and none is configured",
-                                 CODE_BAD_AUTH)
+            raise SecretRequiredError(f"node {r.node_id!r} requires a shared secret and this {self._we} has none",
+                                      CODE_BAD_AUTH)
         if len(r.nonce) != NONCE_BYTES:
             self.state = State.FAILED
             raise ProtocolError(f"HELLO nonce of {len(r.nonce)} bytes, expected {NONCE_BYTES}")
@@ -428,4 +428,8 @@ class ClientHandshake:
             rc = ResponseCode(code)
         except ValueError:
             rc = ResponseCode.UNKNOWN
-        raise HandshakeError(f"handshake refused ({rc.name}): {reason}", rc)
+        # A refused proof or identity travels as UNEXPECTED_MEMBER (DLedger has no authentication code): the
+        # reason says what failed, and the code's name would only mislead ("wrong secret" is no member).
+        what = "" if rc == CODE_BAD_AUTH else f" ({rc.name})"
+        by = f" by node {self.peer_id!r}" if self.peer_id is not None else ""
+        raise HandshakeError(f"handshake refused{by}{what}: {reason}", rc)

@@ -22,6 +22,10 @@ from typing import Any
 
 from ..errors import ConfigError
 
+# What `serve` reads from the environment when its flags do not say it: never passed to a LocalCluster's nodes.
+CREDENTIAL_VARIABLES = frozenset({"QUORUMLOG_SECRET", "QUORUMLOG_SECRET_FILE", "QUORUMLOG_ADMIN_TOKEN",
+                                  "QUORUMLOG_ADMIN_TOKEN_FILE"})
+
 
 def port_taken(port: int, host: str = "127.0.0.1") -> str | None:
     """Why a node could not listen on `port`, or None: judged as the node binds (SO_REUSEADDR, as
@@ -195,13 +199,16 @@ class LocalCluster:
 
     def start(self, i: int | None = None) -> None:
         """Start node i (or every node not running)."""
+        # Each node's config says everything: a secret or admin token exported for the command line (the
+        # README has users export QUORUMLOG_SECRET_FILE) would override it in `serve`.
+        env = {k: v for k, v in os.environ.items() if k not in CREDENTIAL_VARIABLES}
         for node in self.nodes if i is None else [self.nodes[i]]:
             if node.alive:
                 continue
             log = open(node.log_path, "ab")  # noqa: SIM115 - the child keeps it open
             try:
                 node.proc = subprocess.Popen(self.command(node), stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
+                                             stdin=subprocess.DEVNULL, start_new_session=True, env=env)
             finally:
                 log.close()
 
@@ -255,7 +262,9 @@ def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int,
     and kept in DATA_DIR/secret (readable by this user only), which clients pass as --secret-file."""
     from rich.console import Console
 
-    console, errors = Console(), Console(stderr=True)
+    # soft_wrap: lines as they are, never cut at 80 columns when the output is not a terminal (a file, a
+    # pipe): a path or the endpoints split over two lines cannot be pasted or grepped.
+    console, errors = Console(soft_wrap=True), Console(stderr=True, soft_wrap=True)
     if auth and not secret:
         secret = secrets.token_urlsafe(24)
     # Index segments sized to hold as many entries as a data segment of ~200-byte entries would.
@@ -287,6 +296,8 @@ def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int,
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         cluster.start()
+        # The banner once every node listens: a command run as soon as it shows finds the nodes there.
+        wait_listening(cluster, lambda: stop)
         settings = ", ".join(f"{k} {v}" for k, v in cluster.ha.items())
         mode = "raft" if replication == "raft" else f"primary-backup ({settings})"
         console.print(f"[bold]quorumlog local cluster[/bold]: {nodes} nodes, groups {', '.join(cluster.group_names)}, "
@@ -296,10 +307,13 @@ def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int,
                           f"pid {node.proc.pid if node.proc else '-'}  log {node.log_path}")
         console.print(f"endpoints: {cluster.endpoints}")
         if cluster.secret:
-            console.print(f"authentication on: clients pass --secret-file {cluster.secret_path}, or run\n"
-                          f"  export QUORUMLOG_SECRET_FILE={cluster.secret_path}", soft_wrap=True)
+            console.print(f"authentication on: clients pass --secret-file {cluster.secret_path}")
         else:
             console.print("authentication off (--no-auth): any local process may connect")
+        console.print("in another shell, the command line finds the cluster with:")
+        console.print(f"  export QUORUMLOG_ENDPOINTS={cluster.endpoints}")
+        if cluster.secret:
+            console.print(f"  export QUORUMLOG_SECRET_FILE={cluster.secret_path}")
         console.print("Ctrl-C stops every node.")
         _show_startup(cluster, lambda: stop)
         reported: set[str] = set()
@@ -317,6 +331,25 @@ def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int,
             signal.signal(s, h)
     console.print("stopped: " + ", ".join(f"{k} exit {v}" for k, v in statuses.items()))
     return 0
+
+
+def listening(node: LocalNode) -> bool:
+    """Whether `node` accepts connections on its client port (a bare connect: the node logs nothing)."""
+    try:
+        with socket.create_connection((node.host, node.port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def wait_listening(cluster: LocalCluster, stopped: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Until every node listens on its client port, or has exited (the caller reports it), or `timeout`."""
+    deadline = time.monotonic() + timeout
+    waiting = list(cluster.nodes)
+    while waiting and not stopped() and time.monotonic() < deadline:
+        waiting = [n for n in waiting if n.alive and not listening(n)]
+        if waiting:
+            time.sleep(0.05)
 
 
 def _show_startup(cluster: LocalCluster, stopped: Callable[[], bool]) -> None:

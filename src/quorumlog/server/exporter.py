@@ -219,7 +219,7 @@ def _one_group(f: _Families, g: Group) -> None:
         f.counter("quorumlog_elections_total", "elections this node started (campaigns after a won pre-vote)",
                   core.stats["campaigns"])
     f.gauge("quorumlog_recovering", "1 while the replica is repaired from its peers (after damage, or joined "
-            "with an empty disk): it neither votes nor leads", int(core.recovering))
+            "with an empty disk): it neither votes nor leads", int(g.recovering))
     f.gauge("quorumlog_joining", "1 while a pristine store waits to learn whether the group exists",
             int(core.joining))
     f.gauge("quorumlog_begin_index", "first index held", s.begin_index)

@@ -148,7 +148,7 @@ class Group:
         self.inbox: list[PeerMessage] = []
         self._stable_retrying = False  # the term and vote could not be written (logged once per stretch)
         self.appends: list[_Append] = []
-        self._transfers: dict[int, tuple[Connection, Frame]] = {}
+        self._transfers: dict[int, tuple[Connection, Frame, str]] = {}  # request id -> asker, request, target
         self._next_rid = 1
         self.driver = Driver(self.node, self._send_message, self._complete, self._role_changed, self._start_flush,
                              self._persist_stable)
@@ -163,7 +163,7 @@ class Group:
         self._last_commit = self.store.committed_index
         self.role_changes = 0
         self._last_leader: str | None = None
-        self._was_recovering = self.node.recovering
+        self._was_recovering = self.recovering
         self._event_term = self.node.term  # the term of the last role change recorded (pre-votes keep it)
         self.expiry_cap: Callable[[], int] | None = None  # the last index expiry may drop (controller.py)
         self.scrubber = Scrubber(self.store, scrub_interval_s, time.monotonic(), self._scrub_found)
@@ -199,10 +199,17 @@ class Group:
             self.apply(self.node.tick(now_ms()))
         except Exception as e:
             self.core_error("tick", e)
-        if self.node.recovering != self._was_recovering:
+        if self.recovering != self._was_recovering:
             self._was_recovering = not self._was_recovering
-            self.events.record(RECOVERY, "recovering from damage: re-fetching entries from the peers"
-                               if self._was_recovering else "recovered: every damaged entry fetched again", self.name)
+            self.events.record(RECOVERY, "recovering: fetching the entries this replica may lack from its peers"
+                               if self._was_recovering else "recovered: every entry it lacked fetched again", self.name)
+
+    @property
+    def recovering(self) -> bool:
+        """What status, metrics and events report: may lack entries it acknowledged. A primary/backup core
+        holds a pristine store as recovering until the controller tells whether the group is new; that
+        wait is reported as joining, as a Raft store's probe is (a new group never recovers)."""
+        return self.node.recovering and not self.node.joining
 
     def core_error(self, call: str, e: Exception) -> None:
         """An exception out of the core (or applying its output): fatal for a failed disk only."""
@@ -269,8 +276,8 @@ class Group:
         error = fut.exception()
         if isinstance(error, DiskFullError):  # no descriptor or no space free: try again soon, still holding
             if not self._stable_retrying:
-                log.warning("group %s: cannot write the term and vote yet (trying again every %.1f s): %s",
-                            self.name, STABLE_RETRY_S, error)
+                log.warning("group %s: cannot write the %s yet (trying again every %.1f s): %s",
+                            self.name, self._stable_what, STABLE_RETRY_S, error)
             self._stable_retrying = True
             self._loop.call_later(STABLE_RETRY_S, self._persist_stable)
             return
@@ -279,7 +286,7 @@ class Group:
             return
         if self._stable_retrying:
             self._stable_retrying = False
-            log.warning("group %s: the term and vote are written", self.name)
+            log.warning("group %s: the %s are written", self.name, self._stable_what)
         self.driver.persisted()
         self._flush_output()
 
@@ -297,14 +304,21 @@ class Group:
             self.stats.push_bytes_out += len(m.frame) - FRAME_HEADER.size
         self._send(m)
 
+    @property
+    def _stable_what(self) -> str:
+        """What the store's stable state holds, in this group's words."""
+        return "epoch and primary" if self.node.replication == PRIMARY_BACKUP else "term and vote"
+
     def _role_changed(self, ch: RoleChange) -> None:
         self.role_changes += 1
         if ch.leader_id is not None and ch.leader_id != self._last_leader:
             self._last_leader = ch.leader_id
             self.stats.leader_changes += 1
-        log.info("group %s: %s in term %d, leader %s", self.name, ch.role.name.lower(), ch.term, ch.leader_id)
+        # A primary/backup group in its own words (primary, backup, epoch): its roles only map onto Raft's.
         term, leads, follows = ("epoch", "primary", "backup") if self.node.replication == PRIMARY_BACKUP else \
             ("term", "leader", "follower")
+        role = {Role.LEADER: leads, Role.FOLLOWER: follows}.get(ch.role, ch.role.name.lower())
+        log.info("group %s: %s in %s %d, %s %s", self.name, role, term, ch.term, leads, ch.leader_id or "unknown")
         if ch.role == Role.LEADER:
             text = f"became {leads} in {term} {ch.term}"
         elif ch.role == Role.CANDIDATE:  # a pre-vote round has not raised the term yet
@@ -401,14 +415,18 @@ class Group:
         waiter = self._transfers.pop(c.request_id, None)
         if waiter is None:
             return
-        conn, frame = waiter
+        conn, frame, target = waiter
         outcome = f"done, {c.leader_id} leads in term {c.term}" if c.code == SUCCESS else _code_name(c.code)
         self.events.record(TRANSFER, f"leadership transfer: {outcome}", self.name)
         if c.code == SUCCESS:
             conn.respond(frame, LEADERSHIP_TRANSFER_RESPONSE.ok(c.leader_id, c.term))
+            return
+        if c.reason is None and c.code == int(ResponseCode.UNKNOWN_MEMBER):
+            text = f"{target!r} is not a member of group {self.name}"
         else:
-            where = f"transfer in group {self.name}"
-            conn.respond_error(frame, c.code, f"{c.reason} ({where})" if c.reason else where, c.leader_id)
+            where = f"transfer to {target} in group {self.name}"
+            text = f"{c.reason} ({where})" if c.reason else where
+        conn.respond_error(frame, c.code, text, c.leader_id)
 
     # -- client requests ---------------------------------------------------------------------------
     def enqueue_append(self, conn: Connection, frame: Frame, bodies: list[bytes], single: bool, producer: int = 0,
@@ -435,10 +453,14 @@ class Group:
         return True
 
     def transfer(self, conn: Connection, frame: Frame, target: str) -> None:
+        if self.node.replication == PRIMARY_BACKUP:  # a new primary takes a new epoch: no hand-over
+            conn.respond_error(frame, ResponseCode.UNSUPPORTED, f"group {self.name} is a primary/backup group: "
+                               f"use promote (quorumlog promote --group {self.name} --to {target})", self.leader_id)
+            return
         self.events.record(TRANSFER, f"leadership transfer to {target} requested", self.name)
         rid = self._next_rid
         self._next_rid += 1
-        self._transfers[rid] = (conn, frame)
+        self._transfers[rid] = (conn, frame, target)
         self.apply(self.node.transfer_leader(target, now_ms(), request_id=rid))
 
     @property
@@ -459,7 +481,7 @@ class Group:
             "group": self.name, "node": self.node_id, "role": node.role.name.lower(), "term": node.term,
             "leader": node.leader_id, "begin_index": s.begin_index, "end_index": s.end_index,
             "committed_index": s.committed_index, "durable_index": s.durable_index,
-            "recovering": node.recovering, "joining": node.joining, "pending_appends": self.pending_appends,
+            "recovering": self.recovering, "joining": node.joining, "pending_appends": self.pending_appends,
             "producers": len(node.producers), "disk_full": s.disk_full,
             "peers": {pid: addr for pid, addr in self.peers.items()},
             "stats": self.stats.doc(), "scrub": self.scrubber.doc(),
@@ -555,7 +577,7 @@ class Group:
                             f"known committed (group {self.name}); it may still commit", None)
         for a in self.node.waiting_requests():
             _respond(a, body)
-        for conn, frame in self._transfers.values():
+        for conn, frame, _target in self._transfers.values():
             conn.respond_error(frame, ResponseCode.NETWORK_ERROR, f"node {self.node_id} is shutting down")
         self._transfers.clear()
         await self._loop.run_in_executor(self._executor, self.store.close)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..config import NodeConfig, is_loopback
+from ..config import PERMISSIONS, NodeConfig, is_loopback
 from ..core.replica import PRIMARY_BACKUP
 from ..errors import CorruptEntryError, QuorumLogError, ResponseCode
 from ..ha.controller_core import ControllerProposal
@@ -411,7 +411,10 @@ class NodeServer:
                                         "was done")
         g = self.groups.get(name)
         if g is None:
-            raise UnknownGroupError(f"group {name!r} is not hosted by node {self.node_id}")
+            # The groups it hosts that this connection may use at all (a token sees only its own).
+            hosted = [n for n in self.groups if perms is None or any(allowed(perms, n, p) for p in PERMISSIONS)]
+            raise UnknownGroupError(f"group {name!r} is not hosted by node {self.node_id}"
+                                    + (f" (it hosts {', '.join(hosted)})" if hosted else ""))
         return g
 
     def _handle(self, conn: Connection, f: Frame) -> HandlerResult:

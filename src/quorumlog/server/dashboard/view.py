@@ -147,17 +147,24 @@ class ClusterView:
 
     # -- the document ------------------------------------------------------------------------------
     def _note_up_down(self, members: list[str], docs: dict[str, NodeDoc], errors: dict[str, str]) -> None:
+        """An event when a member goes down or comes back, when one is down at the first look (nothing else
+        would say it), and when one leaves the membership."""
         for m in members:
             up = m in docs
             if up:
                 self._known[m] = docs[m]
             was = self._up.get(m)
             self._up[m] = up
-            if was is not None and was != up:
-                text = f"{m} answers again" if up else f"{m} is down: {errors.get(m, '')}"
-                self._view_events.append({"t": round(time.time(), 3), "kind": "node", "group": None,
-                                          "text": f"seen from {self.node.node_id}: {text}", "count": 1,
-                                          "node": self.node.node_id})
+            if was != up and (was is not None or not up):
+                self._view_event(f"{m} answers again" if up else f"{m} is down: {errors.get(m, '')}")
+        for m in [m for m in self._up if m not in members]:
+            del self._up[m]
+            self._view_event(f"{m} is no longer a member")
+
+    def _view_event(self, text: str) -> None:
+        self._view_events.append({"t": round(time.time(), 3), "kind": "node", "group": None,
+                                  "text": f"seen from {self.node.node_id}: {text}", "count": 1,
+                                  "node": self.node.node_id})
 
     def _document(self, members: list[str], docs: dict[str, NodeDoc], errors: dict[str, str]) -> dict[str, Any]:
         hist = self.history
@@ -224,12 +231,14 @@ class ClusterView:
                 "fsync_s": series.quantiles("fsync"), "commit_s": series.quantiles("commit")}
 
     def _events(self, docs: dict[str, NodeDoc]) -> list[dict[str, Any]]:
-        out = list(self._view_events)
+        """Newest first. Each source lists its events oldest first (a node in the order it recorded them):
+        its position breaks a tie of timestamps, so events of one millisecond keep their real order."""
+        ranked: list[tuple[float, int, dict[str, Any]]] = [(e["t"], i, e) for i, e in enumerate(self._view_events)]
         for m, d in self._known.items():
             live = docs.get(m, d)
-            out += [{**e, "node": m} for e in live.events[-MAX_EVENTS:]]
-        out.sort(key=lambda e: e["t"], reverse=True)
-        return out[:MAX_EVENTS]
+            ranked += [(e["t"], i, {**e, "node": m}) for i, e in enumerate(live.events[-MAX_EVENTS:])]
+        ranked.sort(key=lambda r: (r[0], r[1]), reverse=True)
+        return [e for _t, _i, e in ranked[:MAX_EVENTS]]
 
 
 def _reason(e: BaseException) -> str:
