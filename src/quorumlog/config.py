@@ -80,6 +80,8 @@ class RaftConfig:
     push_batch_entries: int = 4096
     max_transfer_lag: int = 1000
     transfer_timeout_ms: int = 1000
+    # A learner is promoted to voter only within this many entries of the leader's end (raft/membership.py).
+    learner_promote_lag: int = 1000
     preferred_leader: str | None = None
     pre_vote: bool = True
     check_quorum: bool = True
@@ -96,8 +98,8 @@ class RaftConfig:
                      "producer_idle_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
-        if self.election_backoff_ms < 0 or self.max_transfer_lag < 0:
-            raise ConfigError("election_backoff_ms and max_transfer_lag must not be negative")
+        if self.election_backoff_ms < 0 or self.max_transfer_lag < 0 or self.learner_promote_lag < 0:
+            raise ConfigError("election_backoff_ms, max_transfer_lag and learner_promote_lag must not be negative")
 
     @property
     def election_timeout_ms(self) -> int:

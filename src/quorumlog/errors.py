@@ -52,6 +52,7 @@ class ResponseCode(IntEnum):
     OUT_OF_FILES = 508  # the node has no file descriptor left to open a segment: nothing written, retry
     PERMISSION_DENIED = 509  # the client's token lacks the permission for this group: nothing was done
     TOO_MANY_SUBSCRIPTIONS = 510  # the connection holds max_tails_per_connection TAILs: nothing was started
+    CHANGE_IN_PROGRESS = 511  # a membership change is not committed yet: one at a time, nothing was done
     # Primary/backup mode (RocketMQ's names).
     FLUSH_SLAVE_TIMEOUT = 600
     SLAVE_NOT_AVAILABLE = 601

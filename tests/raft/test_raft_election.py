@@ -308,7 +308,7 @@ def test_raft_bad_input_is_answered_not_raised() -> None:
     now = s.clock["n1"]
     garbage: list[Message] = [
         PushRequest("other", "n0", "n1", term, PushKind.APPEND, 0, 0, 0, 1, 1, b"x"),
-        PushRequest("g0", "stranger", "n1", term, PushKind.COMPARE, 0, 0, 0),
+        PushRequest("g0", "n1", "n1", term, PushKind.COMPARE, 0, 0, 0),  # from itself
         PushRequest("g0", "n0", "n2", term, PushKind.COMPARE, 0, 0, 0),
         PushRequest("g0", "n0", "n1", term - 1, PushKind.COMPARE, 0, 0, 0),
         PushRequest("g0", "n0", "n1", term, PushKind.COMPARE, 10**12, 3, 0),

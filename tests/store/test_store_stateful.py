@@ -43,7 +43,10 @@ sizes = st.lists(body_size, min_size=1, max_size=12)
 magics = st.sampled_from([MAGIC_NORMAL, MAGIC_NORMAL, MAGIC_NORMAL, MAGIC_NOOP, MAGIC_CONFIG])
 
 
-def _bodies(sizes: list[int], salt: int) -> list[bytes]:
+def _bodies(sizes: list[int], salt: int, magic: int = MAGIC_NORMAL) -> list[bytes]:
+    """Bodies of `sizes`; one only for a CONFIG append, which holds exactly one."""
+    if magic == MAGIC_CONFIG:
+        sizes = sizes[:1]
     return [bytes((salt + i + j) % 251 for j in range(n)) for i, n in enumerate(sizes)]
 
 
@@ -103,7 +106,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(sizes=sizes, dterm=st.integers(0, 2), magic=magics)
     def append(self, sizes: list[int], dterm: int, magic: int) -> None:
         self.salt += 1
-        bodies = _bodies(sizes, self.salt)
+        bodies = _bodies(sizes, self.salt, magic)
         term = self.mem.end_term + dterm
         a = self.mem.append(bodies, term, magic)
         b = self.fs.append(bodies, term, magic)
@@ -123,7 +126,7 @@ class StoreMachine(RuleBasedStateMachine):
         if self.mem.end_index >= self.mem.begin_index:
             leader.append_encoded(self.mem.read_raw(self.mem.begin_index, *ALL)[0])
         self.salt += 1
-        leader.append(_bodies(sizes, self.salt), leader.end_term + dterm, magic)
+        leader.append(_bodies(sizes, self.salt, magic), leader.end_term + dterm, magic)
         start = self.mem.end_index + 1
         while start <= leader.end_index:
             raw, n = leader.read_raw(start, chunk, 1 << 20)
@@ -246,6 +249,16 @@ class StoreMachine(RuleBasedStateMachine):
             b = self.mem.begin_index
             assert self.mem.read_raw(b, *ALL) == self.fs.read_raw(b, *ALL)
             assert [self.fs.term_at(e[0]) for e in mem_log] == [e[1] for e in mem_log]
+
+    @invariant()
+    def same_configs(self) -> None:
+        """Both track the same CONFIG entries: those of the log, and at most one kept below its begin."""
+        configs = self.mem.configs
+        assert configs == self.fs.configs
+        begin = self.mem.begin_index
+        held = [(e[0], e[1], e[4]) for e in self._log(self.mem) if e[3] == MAGIC_CONFIG]
+        assert [c for c in configs if c[0] >= begin] == held
+        assert sum(c[0] < begin for c in configs) <= 1
 
     def teardown(self) -> None:
         try:

@@ -34,11 +34,13 @@ from .role import Role
 
 APPEND = "append"
 TRANSFER = "transfer"
+CONFIG = "config"  # a membership change (raft/membership.py): answered once its CONFIG entry committed
 
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """The answer to one client request (a whole batch append, or a leadership transfer).
+    """The answer to one client request (a whole batch append, a leadership transfer or a membership
+    change; a change's first_index and last_index are its CONFIG entry's index).
 
     For a successful append: entries first_index..last_index of `term`, at byte `positions`.
     `leader_id` is the known leader, a hint for NOT_LEADER redirects. `detail` is the group's actual last

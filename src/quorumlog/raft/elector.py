@@ -157,7 +157,7 @@ class Elector:
         last_term = self.store.end_term
         self.round = (term, pre_vote, transfer)
         self.next_ask = now + self.config.heartbeat_interval_ms
-        for peer in m.others if peers is None else peers:
+        for peer in m.voter_others if peers is None else peers:  # (learners have no vote)
             out.messages.append(VoteRequest(m.group, m.node_id, peer, term, last_index, last_term,
                                             pre_vote, transfer))
 
@@ -168,7 +168,7 @@ class Elector:
         if self.round is None:
             return
         term, pre_vote, transfer = self.round
-        peers = [p for p in self.member.others if not self.votes.get(p)]
+        peers = [p for p in self.member.voter_others if not self.votes.get(p)]
         self._request_votes(term, pre_vote, transfer, now, out, peers)
 
     def on_vote_response(self, resp: VoteResponse) -> Outcome | None:
@@ -184,7 +184,8 @@ class Elector:
         return self._count_votes()
 
     def _count_votes(self) -> Outcome | None:
-        granted = sum(1 for v in self.votes.values() if v)
+        voters = self.member.voters  # of the configuration now: one appended meanwhile counts
+        granted = sum(1 for p, v in self.votes.items() if v and p in voters)
         if granted < self.member.majority:
             return None
         return _PRE_VOTE_WON if self.pre_candidate else _ELECTED
@@ -252,7 +253,7 @@ class Elector:
         self.votes = {}
         self.leader_since = now
         self.next_heartbeat = now
-        self.peer_seen = {p: now for p in self.member.others}
+        self.peer_seen = {p: now for p in self.member.voter_others}
         self.next_preferred_check = now + self.election_timeout
 
     def last_heard(self, peer: str, now: int) -> int:
@@ -260,15 +261,15 @@ class Elector:
         return self.heard.get(peer, now if self.started is None else self.started)
 
     def on_peer_seen(self, peer: str, now: int) -> None:
-        if peer in self.peer_seen:
-            self.peer_seen[peer] = now
+        self.peer_seen[peer] = now
 
     def _tick_leader(self, now: int, out: Ready) -> Outcome | None:
         m = self.member
         # Check quorum first: a leader about to step down must not heartbeat its followers once more.
         if self.config.check_quorum and now - self.leader_since >= self.election_timeout:
             window = self.election_timeout
-            alive = 1 + sum(1 for p in m.others if now - self.peer_seen[p] < window)
+            since = self.leader_since  # (a voter promoted meanwhile counts as heard from then on)
+            alive = m.is_voter + sum(1 for p in m.voter_others if now - self.peer_seen.get(p, since) < window)
             if alive < m.majority:
                 self.stats["check_quorum_step_downs"] += 1
                 return _QUORUM_LOST
@@ -294,7 +295,7 @@ class Elector:
         code: int | None = None
         if target == m.node_id and m.role == Role.LEADER:
             code = SUCCESS
-        elif not m.is_member(target):
+        elif target not in m.voter_others:  # (a learner cannot lead)
             code = int(ResponseCode.UNKNOWN_MEMBER)
         elif m.role != Role.LEADER:
             code = int(ResponseCode.NOT_LEADER)
@@ -361,7 +362,7 @@ class Elector:
     def _maybe_hand_to_preferred(self, now: int, out: Ready) -> None:
         preferred = self.config.preferred_leader
         m = self.member
-        if (preferred is None or preferred == m.node_id or not m.is_member(preferred)
+        if (preferred is None or preferred == m.node_id or preferred not in m.voter_others
                 or self.transfer_target is not None or now < self.next_preferred_check):
             return
         # Retry rarely: a preferred node that cannot take over must not keep the group unavailable.

@@ -25,10 +25,18 @@ from ..config import RaftConfig
 from ..core.producers import ProducerTable
 from ..core.ready import Ready
 from ..entry import HEADER_SIZE
-from ..errors import CorruptEntryError, DiskFullError, IndexOutOfRangeError, ResponseCode, StoreError
+from ..errors import (
+    CorruptEntryError,
+    DiskFullError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    ResponseCode,
+    StoreError,
+)
 from ..store.base import LogStore
 from .member import MemberState
-from .messages import NO_ACK, RESET_DATA, PushKind, PushRequest, PushResponse
+from .membership import Membership, MembershipError
+from .messages import NO_ACK, PushKind, PushRequest, PushResponse, parse_reset
 from .quorum import first_index_of_term
 
 SUCCESS = int(ResponseCode.SUCCESS)
@@ -288,25 +296,48 @@ class EntryHandler:
         self.apply_commit(req.commit_index)
         self._ack(req, ti, ti, out)
 
+    def _take_base(self, base: tuple[int, int, bytes] | None) -> bool:
+        """Record the configuration in force at the log's begin: the leader's (none: the configured members)."""
+        try:
+            if base is None:
+                self.store.clear_base_config()
+            else:
+                self.store.set_base_config(*base)
+        except (StoreError, InvalidArgumentError):
+            return False
+        return True
+
     def _reset(self, req: PushRequest, out: Ready) -> None:
         """The leader cannot name the entries we need: start our log at its begin (no snapshots)."""
         store = self.store
         begin = req.index
-        if self._local_term(begin - 1) == req.prev_term:
-            # We already hold the leader's entry before its begin (a duplicated or late RESET): keep the
-            # log; the leader compares from our end next.
-            self.apply_commit(req.commit_index)
-            self._ack(req, begin - 1, store.end_index, out)
-            return
-        if store.committed_index >= begin or len(req.data) != RESET_DATA.size or begin < 0:
+        parsed = parse_reset(req.data)
+        if parsed is None or begin < 0 or not _valid_base(parsed[2], begin):
             self.stats["reset_refused"] += 1
             self._respond(req, INCONSISTENT_STATE, out)
             return
-        pos, chain = RESET_DATA.unpack(req.data)
+        pos, chain, base = parsed
+        if self._local_term(begin - 1) == req.prev_term:
+            # We already hold the leader's entry before its begin (a duplicated or late RESET): keep the
+            # log; the leader compares from our end next. Reset to that very begin before, we take its
+            # configuration there again (recording it may have failed then).
+            if store.begin_index == begin and not self._take_base(base):
+                self._respond(req, INCONSISTENT_STATE, out)
+                return
+            self.apply_commit(req.commit_index)
+            self._ack(req, begin - 1, store.end_index, out)
+            return
+        if store.committed_index >= begin:
+            self.stats["reset_refused"] += 1
+            self._respond(req, INCONSISTENT_STATE, out)
+            return
         try:
             store.reset(begin, pos, chain, req.prev_term)
         except (StoreError, IndexOutOfRangeError):
             self._respond(req, INCONSISTENT_STATE, out)
+            return
+        if not self._take_base(base):
+            self._respond(req, INCONSISTENT_STATE, out)  # (the leader resends the RESET, which retries it)
             return
         self.stats["log_resets"] += 1
         # The log restarts at the leader's begin; the table follows it as entries arrive. Producers
@@ -355,3 +386,17 @@ class EntryHandler:
             else:
                 keep.append((need, resp))
         self.held = keep
+
+
+def _valid_base(base: tuple[int, int, bytes] | None, begin: int) -> bool:
+    """Whether a RESET's base configuration (the one in force at the leader's begin) can be kept."""
+    if base is None:
+        return True
+    index, term, body = base
+    if not 0 <= index < begin or term < 0:
+        return False
+    try:
+        Membership.decode(body)
+    except MembershipError:
+        return False
+    return True

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from ..core.role import Role
 from ..errors import ConfigError
 from ..store.base import LogStore
+from .membership import Membership
 
 # The vote recorded for a term in which this node must not vote (after a wiped store rejoins, or once it
 # leaves recovery): no member id can be "*", so the term counts as voted.
@@ -39,22 +40,28 @@ def checked_identity(store: LogStore, group: str, members: list[str]) -> str:
 
 
 class MemberState:
-    """Role, term and vote of one node in one group. Term and vote changes are persisted through the
-    store (`save_vote`, durable when it returns) before anything that depends on them is sent."""
+    """Role, term and vote of one node in one group, and the configuration it follows. Term and vote
+    changes are persisted through the store (`save_vote`, durable when it returns) before anything that
+    depends on them is sent.
 
-    __slots__ = ("node_id", "group", "members", "others", "other_set", "majority", "role", "term",
-                 "voted_for", "leader_id", "recovering", "_store")
+    The configuration is the one of the last CONFIG entry in the log (node.py applies it), else the
+    configured member list: every member a voter, or, for a node that joins an existing group, the
+    others voters and this node a learner until a CONFIG entry names it."""
 
-    def __init__(self, node_id: str, group: str, peers: list[str], store: LogStore) -> None:
+    __slots__ = ("node_id", "group", "static_members", "bootstrap", "config", "members", "others",
+                 "other_set", "voters", "voter_others", "is_voter", "majority", "role", "term", "voted_for",
+                 "leader_id", "recovering", "_store")
+
+    def __init__(self, node_id: str, group: str, peers: list[str], store: LogStore, joining: bool = False) -> None:
         # Sorted: iteration order must not depend on string hashing, or replays would differ.
         members = sorted(set(peers) | {node_id})
         self.node_id = node_id
         self.group = group
-        self.members: list[str] = members
-        self.others: list[str] = [m for m in members if m != node_id]
-        self.other_set = frozenset(self.others)  # membership tests only; iterate `others`
-        self.majority = len(members) // 2 + 1
+        self.static_members = members  # the configured list: the store's identity
+        others = [m for m in members if m != node_id]
+        self.bootstrap = Membership.of(others, [node_id]) if joining and others else Membership.of(members)
         self._store = store
+        self.apply(self.bootstrap)
         term, voted_for = store.load_vote()
         # Persisted by the store beside term and vote, so a restart midway does not end recovery
         # (the store's own Damage report clears once the end index is back, which is not yet enough).
@@ -63,6 +70,17 @@ class MemberState:
         self.voted_for: str | None = voted_for
         self.role = Role.FOLLOWER
         self.leader_id: str | None = None
+
+    def apply(self, config: Membership) -> None:
+        """Follow `config` from now on (it is the last one in the log)."""
+        self.config = config
+        self.members: list[str] = config.members
+        self.others: list[str] = [m for m in self.members if m != self.node_id]
+        self.other_set = frozenset(self.others)  # membership tests only; iterate `others`
+        self.voters = config.voters
+        self.voter_others: list[str] = [m for m in self.others if m in config.voters]
+        self.is_voter = self.node_id in config.voters
+        self.majority = config.majority
 
     def is_member(self, node: str) -> bool:
         return node in self.other_set

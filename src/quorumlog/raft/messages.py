@@ -172,6 +172,27 @@ Message = (VoteRequest | VoteResponse | HeartbeatRequest | HeartbeatResponse | P
            | ProbeRequest | ProbeResponse)
 
 RESET_DATA = struct.Struct(">qI")  # PushRequest RESET: begin position, chain CRC before the begin index
+# ... then, when the leader's log holds one below its begin, the configuration in force there: its CONFIG
+# entry's index and term, and its body (membership.py).
+RESET_BASE = struct.Struct(">qq")
+
+
+def reset_data(begin_pos: int, begin_chain: int, base: tuple[int, int, bytes] | None) -> bytes:
+    data = RESET_DATA.pack(begin_pos, begin_chain)
+    return data if base is None else data + RESET_BASE.pack(base[0], base[1]) + base[2]
+
+
+def parse_reset(data: bytes | memoryview) -> tuple[int, int, tuple[int, int, bytes] | None] | None:
+    """(begin position, chain CRC, base configuration or None) of a RESET's data; None when malformed."""
+    n = len(data)
+    if n == RESET_DATA.size:
+        pos, chain = RESET_DATA.unpack(data)
+        return pos, chain, None
+    if n < RESET_DATA.size + RESET_BASE.size:
+        return None
+    pos, chain = RESET_DATA.unpack_from(data, 0)
+    index, term = RESET_BASE.unpack_from(data, RESET_DATA.size)
+    return pos, chain, (index, term, bytes(data[RESET_DATA.size + RESET_BASE.size:]))
 
 NO_ACK = -2  # PushResponse.acked when nothing is acknowledged (-1 is a real value: the empty prefix)
 

@@ -31,8 +31,8 @@ from ..errors import (
 from ..store.base import LogStore
 from .elector import Elector
 from .handler import EntryHandler
-from .joining import BOOTSTRAP, JOIN, Joiner, opens_first_election
-from .member import ABSTAINED, MemberState, checked_identity
+from .joining import BOOTSTRAP, JOIN, Joiner
+from .member import MemberState, checked_identity
 from .messages import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -47,6 +47,8 @@ from .messages import (
     refusal,
 )
 from .pusher import Leader
+from .reconfig import Reconfiguration
+from .rejoin import Rejoining
 from .roles import Event, Outcome, next_role
 
 SUCCESS = int(ResponseCode.SUCCESS)
@@ -54,22 +56,23 @@ _REQUESTS = (VoteRequest, HeartbeatRequest, PushRequest, TimeoutNow)
 _INPUT_ERRORS = (IndexOutOfRangeError, InvalidArgumentError)
 
 
-class RaftNode:
-    """One member of one Raft group (a core/replica.py ReplicaCore)."""
+class RaftNode(Reconfiguration, Rejoining):
+    """One member of one Raft group (a core/replica.py ReplicaCore); its membership changes are
+    reconfig.py's."""
 
     replication = RAFT
 
     def __init__(self, node_id: str, group: str, peers: list[str], store: LogStore, config: RaftConfig,
-                 rng: random.Random) -> None:
+                 rng: random.Random, joining: bool = False) -> None:
         self.node_id = node_id
         self.group = group
         self.store = store
         self.config = config
         self.rng = rng
         self.stats: Counter[str] = Counter()
-        self.member = MemberState(node_id, group, peers, store)
+        self.member = MemberState(node_id, group, peers, store, joining)
         recorded = store.identity  # (None: a pristine store)
-        self.identity = checked_identity(store, group, self.member.members)
+        self.identity = checked_identity(store, group, self.member.static_members)
         self.elector = Elector(self.member, store, config, rng, self.stats, self.peer_match,
                                lambda p: self.leader is not None and self.leader.dispatchers[p].disk_full)
         # A pristine store (new, or wiped) probes the other members before it may vote (joining.py).
@@ -83,6 +86,11 @@ class RaftNode:
         self.handler = EntryHandler(self.member, store, config, self.stats, self.producers)
         self.leader: Leader | None = None
         self._next_request_id = 1
+        # The configuration follows the log's last CONFIG entry (membership.py); _sync_config applies it.
+        self._config_key: tuple[int, int] | None = None
+        self._now = 0  # the time of the input being handled (a removed leader steps down at it)
+        self._sync_config()
+        self.pending_change: tuple[int, RequestId | None] | None = None  # (CONFIG index, request) to answer
         # Protocol-aware recovery: this node lost entries it may have acknowledged, so it neither votes
         # nor leads until it has committed up to the end of a leader elected without it (which holds
         # every committed entry). Persisted (set_recovering): a restart midway must not end it.
@@ -122,9 +130,15 @@ class RaftNode:
         return self.joiner is not None
 
     def can_vote(self) -> bool:
+        """Whether this node may grant votes: not while it recovers or probes. Its own view of the
+        configuration does not matter: a candidate counts only the votes of its configuration's voters,
+        and a node that has not yet received the change promoting it may be one of them."""
         return self.recover_floor is None and self.joiner is None
 
-    can_lead = can_vote  # the same conditions (a planted-bug test replaces can_vote alone)
+    def can_lead(self) -> bool:
+        """Whether this node may campaign: as for voting, and only as a voter of its configuration (a
+        learner, or a member removed, never starts an election)."""
+        return self.recover_floor is None and self.joiner is None and self.member.is_voter
 
     def expiry_safe_index(self, now_ms: int, member_timeout_ms: int) -> int:
         """Its commit index; on a leader no more than what every member holds (Leader.expiry_safe_index)."""
@@ -149,7 +163,7 @@ class RaftNode:
 
     # -- inputs --------------------------------------------------------------------------------
     def tick(self, now_ms: int) -> Ready:
-        out, before = self._begin()
+        out, before = self._begin(now_ms)
         if self.joiner is not None:
             out.messages.extend(self.joiner.probes(now_ms))
         try:
@@ -172,7 +186,7 @@ class RaftNode:
 
     def step_batch(self, messages: Iterable[Message], now_ms: int) -> Ready:
         """Handle several messages, then the follower's queues once (queued control requests first, as DLedger)."""
-        out, before = self._begin()
+        out, before = self._begin(now_ms)
         for m in messages:
             try:
                 self._route(m, now_ms, out)
@@ -211,7 +225,7 @@ class RaftNode:
             return self._refuse(requests, ResponseCode.NOT_LEADER)
         if self.elector.transferring:
             return self._refuse(requests, ResponseCode.LEADER_TRANSFERRING)
-        out, before = self._begin()
+        out, before = self._begin(now_ms)
         self.leader.propose(requests, now_ms, wall_ms, out)
         return self._finish(out, before)
 
@@ -225,7 +239,7 @@ class RaftNode:
 
     def transfer_leader(self, target: str, now_ms: int, request_id: int | None = None) -> Ready:
         """Hand leadership to `target`; the outcome arrives as a Completion of kind "transfer"."""
-        out, before = self._begin()
+        out, before = self._begin(now_ms)
         rid = self._request_id(request_id)
         out.request_id = rid
         self.elector.transfer(target, now_ms, rid, out)
@@ -234,13 +248,13 @@ class RaftNode:
     def report_corruption(self, error: CorruptEntryError, now_ms: int) -> Ready:
         """A read outside the core (a client's READ or GET) met a corrupt stored entry: recover that range
         from the peers, as when the core meets it itself."""
-        out, before = self._begin()
+        out, before = self._begin(now_ms)
         self._on_corruption(error, now_ms, out)
         return self._finish(out, before)
 
     def on_flushed(self, durable_index: int, now_ms: int) -> Ready:
         """The driver flushed the store: release what waited for durability, recount the leader's quorum."""
-        out, before = self._begin()
+        out, before = self._begin(now_ms)
         if self.leader is not None and self.member.role == Role.LEADER:
             self.leader.advance_commit(out)
         self.handler.release_held(out)
@@ -252,8 +266,10 @@ class RaftNode:
             request_id, self._next_request_id = self._next_request_id, self._next_request_id + 1
         return request_id
 
-    def _begin(self) -> tuple[Ready, tuple[Role, int, str | None]]:
+    def _begin(self, now: int | None = None) -> tuple[Ready, tuple[Role, int, str | None]]:
         m = self.member
+        if now is not None:
+            self._now = now
         return Ready(), (m.role, m.term, m.leader_id)
 
     def _finish(self, out: Ready, before: tuple[Role, int, str | None]) -> Ready:
@@ -262,75 +278,24 @@ class RaftNode:
             self.handler.release_held(out)
         if self.recover_floor is not None:
             self._check_recovered()
+        self._sync_config()
+        if self.pending_change is not None or (m.role == Role.LEADER and not m.is_voter):
+            self._config_committed(out)
         if (m.role, m.term, m.leader_id) != before:
             out.changes.append(RoleChange(m.role, m.term, m.leader_id))
         store = self.store
         out.must_flush = store.durable_index < store.end_index
         return out
 
-    def _check_recovered(self) -> None:
-        floor = self.recover_floor
-        lc = self.recover_leader_end
-        if floor is None or lc is None:
-            return
-        # The leader's end covers `floor`: that leader holds every committed entry, and any entry this node
-        # acknowledged and lost is in its log, durable (not just written), or was never committed.
-        if min(self.store.committed_index, self.store.durable_index) >= lc:
-            self.store.clear_damage()
-            m = self.member
-            # A vote this node cast in the current term before it lost its state is unknown: count it cast.
-            if m.voted_for is None:
-                m.set_term(m.term, ABSTAINED)
-            self.recover_floor = None
-            m.set_recovering(False)
-            self.stats["recovered_from_damage"] += 1
-
-    def _enter_recovery(self, floor: int) -> None:
-        """Stop voting and leading until this node has committed up to `floor` and up to the end of the
-        next leader it hears from (that leader holds every committed entry)."""
-        self.member.set_recovering(True)
-        self.recover_floor = max(floor, self.recover_floor if self.recover_floor is not None else -1)
-        self.recover_leader_end = None
-        self.recover_leader_term = -1
-        self.stats["recovering_from_damage"] += 1
-
-    def _on_corruption(self, e: CorruptEntryError, now: int, out: Ready) -> None:
-        """A stored entry failed its checks while running: cut the log there and re-fetch from peers."""
-        index = e.index
-        if index is None:
-            self.stats["rejected_CorruptEntryError"] += 1
-            return
-        self.stats["corrupt_entries_found"] += 1
-        self.store.mark_damaged(index, str(e))
-        self.producers.after_cut(self.store)
-        damage = self.store.damage
-        self._enter_recovery(damage.committed_index if damage is not None else index)
-        if self.member.role != Role.FOLLOWER:
-            self._run(Outcome(Event.CORRUPTION), now, out)
-        else:
-            self.handler.reset()  # not a role change: forget pushes that assumed the cut entries
-
-    def _join(self, decision: str, now: int = 0) -> None:
-        """A pristine node learned whether its group exists (joining.py)."""
-        joiner = self.joiner
-        assert joiner is not None
-        m = self.member
-        term = max(m.term, joiner.highest_term)
-        if term > 0 and (term > m.term or m.voted_for is None):
-            m.set_term(term, ABSTAINED)
-        if decision == JOIN:
-            self._enter_recovery(-1)
-            self.stats["joined_existing_group"] += 1
-        else:
-            self.stats["bootstrapped_group"] += 1
-            if opens_first_election(m, self.config.preferred_leader):
-                self.elector.campaign_now(now)
-        self.store.set_identity(self.identity)
-        self.joiner = None
-
     def _route(self, msg: Message, now: int, out: Ready) -> None:
         m = self.member
-        if msg.group != self.group or msg.target != self.node_id or msg.sender not in m.other_set:
+        # Any peer is heard, not only the members of our configuration (Raft dissertation §4.1): a leader
+        # keeps leading until the change that removes it commits, a node that joins hears from the leader
+        # before a CONFIG entry names it, and one that fell behind may not know yet that its leader was
+        # added. (The server authenticates every peer.) Votes count only among the candidate's voters
+        # (elector.py); a removed member that does not know it yet cannot win one: the change that removed
+        # it committed on a majority of the rest, whose logs are then ahead of its own.
+        if msg.group != self.group or msg.target != self.node_id or msg.sender == self.node_id:
             self.stats["rejected_misrouted"] += 1
             if isinstance(msg, _REQUESTS):
                 code = ResponseCode.UNKNOWN_GROUP if msg.group != self.group else ResponseCode.UNKNOWN_MEMBER
@@ -478,6 +443,7 @@ class RaftNode:
                                leader_id=by if won else leader)
         if self.leader is not None:
             self.leader.step_down(leader, out)
+        self._abandon_change(leader, out)
         self.leader = None
         self.stats["step_downs"] += 1
 
@@ -495,6 +461,7 @@ class RaftNode:
         except DiskFullError:
             self.stats["noop_disk_full"] += 1
         self.leader = Leader(m, self.store, self.config, self.stats, self.producers, self.elector.hand_off_for_space)
+        self.leader.term_start = self.store.end_index if self.store.end_term == m.term else self.store.end_index + 1
         self.elector.tick(now, out, True)  # heartbeat at once: followers learn the new leader
         self.leader.dispatch_all(now, out)
         self.leader.advance_commit(out)

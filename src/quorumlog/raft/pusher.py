@@ -24,7 +24,7 @@ from ..core.ready import Ready
 from ..errors import ResponseCode
 from ..store.base import LogStore
 from .member import MemberState
-from .messages import RESET_DATA, PushKind, PushRequest, PushResponse
+from .messages import PushKind, PushRequest, PushResponse, reset_data
 from .progress import Progress
 from .quorum import next_compare_index, quorum_index
 
@@ -59,7 +59,7 @@ class Leader:
     """Everything a leader holds for its term; discarded when it steps down."""
 
     __slots__ = ("member", "store", "config", "stats", "term", "group", "node_id", "dispatchers", "peers",
-                 "producers", "appends", "commit")
+                 "producers", "appends", "commit", "term_start")
 
     def __init__(self, member: MemberState, store: LogStore, config: RaftConfig, stats: Counter[str],
                  producers: ProducerTable, hand_off: HandOff | None = None) -> None:
@@ -78,12 +78,15 @@ class Leader:
                                hand_off=None if hand_off is None else lambda now, out: hand_off(self.space_target,
                                                                                                 now, out))
         self.commit = store.committed_index
+        # The index of this term's first entry (its NOOP): until it commits, no membership change (node.py).
+        self.term_start = store.end_index + 1
 
     def _storage_refusal(self) -> str | None:
         """Why new entries cannot commit, when too few members can store them (followers whose disk
         is full): they are refused at once with DISK_FULL, where they would wait out max_wait_ack_ms."""
-        full = [d.peer for d in self.peers if d.disk_full]
-        if not full or len(self.peers) + 1 - len(full) >= self.member.majority:
+        m = self.member
+        full = [d.peer for d in self.peers if d.disk_full and d.peer in m.voters]
+        if not full or len(m.voters) - len(full) >= m.majority:
             return None
         return (f"the disks of {', '.join(full)} are full: too few members of group {self.group} can store new "
                 f"entries; nothing was written")
@@ -109,12 +112,23 @@ class Leader:
                 self.advance_commit(out)
 
     # -- QuorumAckChecker ------------------------------------------------------------------------
+    def on_config(self, committed: bool) -> None:
+        """The configuration changed, or the last change committed: push to every member of it, keeping
+        the progress of those that stay (a new member starts at the end, found by COMPARE). A removed
+        member is pushed to until its removal commits, so that it learns of it (and never campaigns)."""
+        end = self.store.end_index
+        old = self.dispatchers
+        keep = {} if committed else old
+        self.dispatchers = {**keep, **{p: old.get(p) or Dispatcher(p, end) for p in self.member.others}}
+        self.peers = list(self.dispatchers.values())
+
     def advance_commit(self, out: Ready) -> None:
         store = self.store
-        own = min(store.durable_index, store.end_index)
-        marks = [own]
-        marks.extend(d.progress.match for d in self.peers)
-        idx = quorum_index(marks, self.member.majority)
+        m = self.member
+        voters = m.voters  # the configuration in the log counts, even uncommitted (membership.py)
+        marks = [min(store.durable_index, store.end_index)] if m.is_voter else []
+        marks.extend(d.progress.match for d in self.peers if d.peer in voters)
+        idx = quorum_index(marks, m.majority)
         if idx <= self.commit:
             return
         # Only an entry of the current term commits by counting (Figure 8); earlier ones follow it.
@@ -228,9 +242,11 @@ class Leader:
         d.progress.become_reset(now)
         self.stats["follower_resets_sent"] += 1
         begin = store.begin_index
+        configs = store.configs  # the one in force at our begin goes with it: the follower cannot read it
+        base = configs[0] if configs and configs[0][0] < begin else None
         out.messages.append(PushRequest(self.group, self.node_id, d.peer, self.term, _RESET, begin,
                                         store.term_at(begin - 1), self.commit, 0, 0,
-                                        RESET_DATA.pack(store.begin_pos, store.begin_chain)))
+                                        reset_data(store.begin_pos, store.begin_chain, base)))
 
     def on_heartbeat_response(self, peer: str, end_index: int, now: int, out: Ready) -> None:
         d = self.dispatchers.get(peer)

@@ -24,6 +24,7 @@ class Event(Enum):
     LEADER_SEEN = auto()  # the leader of our term pushed or heartbeat
     QUORUM_LOST = auto()  # check-quorum: no majority heard within an election timeout
     CORRUPTION = auto()  # a stored entry failed its checks: stop leading, re-fetch from the peers
+    REMOVED = auto()  # a configuration without this node as a voter committed: stop leading
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,7 @@ TRANSITIONS: dict[Role, dict[Event, Role]] = {
         Event.HIGHER_TERM: FOLLOWER,
         Event.QUORUM_LOST: FOLLOWER,
         Event.CORRUPTION: FOLLOWER,
+        Event.REMOVED: FOLLOWER,
     },
 }
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.ready import Completion
-from ..entry import HEADER, HEADER_SIZE, META_SIZE, unpack_meta
+from ..entry import HEADER, HEADER_SIZE, MAGIC_CONFIG, META_SIZE, unpack_meta
+from ..raft.membership import Membership
 from ..raft.messages import VoteRequest, VoteResponse
 from ..store.base import LogStore
 
@@ -74,9 +75,13 @@ class AckedAppend:
 class Checker:
     """Holds the reference committed log and what clients were told; raises InvariantViolation."""
 
-    def __init__(self, ids: list[str], stores: Callable[[str], LogStore | None]) -> None:
+    def __init__(self, ids: list[str], stores: Callable[[str], LogStore | None],
+                 initial: Membership | None = None) -> None:
         self.ids = ids
-        self.majority = len(ids) // 2 + 1
+        # The committed configurations (index, config), from the first: a majority is of the voters then.
+        self.ref_configs: list[tuple[int, Membership]] = [(-1, initial or Membership.of(ids))]
+        # The majority of every configuration any replica's log held, committed or not: (index, term) -> it.
+        self.config_majorities: dict[tuple[int, int], int] = {(-1, 0): self.ref_configs[0][1].majority}
         self.stores = stores  # node id -> its store while the node runs, else None
         self.leaders: dict[int, str] = {}
         self.ref: list[bytes] = []
@@ -201,6 +206,9 @@ class Checker:
             store = self.stores(node)
             if store is None:
                 continue
+            for index, term, body in store.configs:
+                if (index, term) not in self.config_majorities:
+                    self.config_majorities[(index, term)] = Membership.decode(body).majority
             self._check_commit(node, store, restarted=False)
             self._check_end(node, store)
         self._verify_acks()
@@ -234,6 +242,9 @@ class Checker:
             for e in split_entries(raw, n):
                 ref.append(e)
                 self.ref_chain.append(_HEAD.unpack_from(e, 0)[6])
+                magic, *_, body_size = HEADER.unpack_from(e, 0)
+                if magic == MAGIC_CONFIG:
+                    self.ref_configs.append((len(ref) - 1, Membership.decode(e[len(e) - body_size:])))
                 self.ref_seen_term.append(max(self.leaders, default=0))
                 self._check_producer(e, len(ref) - 1)
                 if self.refused and e[len(e) - HEADER.unpack_from(e, 0)[8]:] in self.refused:  # the body ends it
@@ -292,8 +303,12 @@ class Checker:
             # An entry below a store's begin was committed and then expired there: kept, not lost.
             if store is not None and (idx < store.begin_index - 1 or chain_at(store, idx) == want):
                 holders += 1
-        # Lost committed data on one node is a storage fault the protocol repairs, not a Raft fault.
-        need = self.majority - len(self.damaged)
+        # Lost committed data on one node is a storage fault the protocol repairs, not a Raft fault. A leader
+        # counts a majority of the last configuration in its log, committed or not, even for earlier entries
+        # (membership.py): so a majority of the smallest configuration seen since the entry's (single-server
+        # steps keep every two consecutive majorities overlapping).
+        since = self.ref_configs[bisect.bisect_right([c[0] for c in self.ref_configs], idx) - 1][0]
+        need = min(maj for (index, _t), maj in self.config_majorities.items() if index >= since) - len(self.damaged)
         if holders < need:
             raise InvariantViolation(f"acknowledged entry {idx} is held by {holders} nodes, need {need}")
 

@@ -23,12 +23,15 @@ from ..core.driver import Driver
 from ..core.ready import APPEND, Completion, Ready, RoleChange
 from ..core.role import Role
 from ..errors import CorruptEntryError, ResponseCode
+from ..raft.membership import Membership
 from ..raft.messages import Message, describe
 from ..raft.node import RaftNode
 from ..store.base import LogStore
 from ..store.memory import MemoryStore
 from .checker import Checker, InvariantViolation
 from .clients import Proposal, SimProducer
+from .liveness import check_liveness
+from .members import draw_change, spare_ids
 from .network import LinkFaults, Network, partition_links, ring_links
 from .nodes import FillableStore, SimNode, start_persist
 from .timeline import format_trace, window_phase
@@ -38,7 +41,8 @@ _PRODUCER_FORGOTTEN = (ResponseCode.UNKNOWN_PRODUCER, ResponseCode.SEQUENCE_TOO_
 # Answers that say the append was written nowhere (a full disk; a leader handing over, its own disk full).
 _NOTHING_WRITTEN = (ResponseCode.DISK_FULL, ResponseCode.LEADER_TRANSFERRING)
 ALL_FAULTS = ("drop", "dup", "delay", "partition", "crash", "pause", "skew", "disk", "corrupt", "transfer",
-              "wipe", "expire", "full", "rot")
+              "wipe", "expire", "full", "rot", "members")
+SPARES = 2  # nodes beside the first members that "members" adds and removes (members.py)
 # A single node has no peer to be cut from, to hand leadership to, or to recover lost data from.
 SINGLE_NODE_FAULTS = ("drop", "dup", "delay", "crash", "pause", "skew", "expire")
 # Virtual time after which a leader's expiry stops waiting for a silent member (it is reset on return).
@@ -54,7 +58,7 @@ SIM_RETENTION_MS = 2 * SIM_RETRY_MS
 SIM_RAFT = RaftConfig(heartbeat_interval_ms=30, max_heartbeat_leak=4, election_backoff_ms=80,
                       max_pending_requests=32, max_wait_ack_ms=400, max_push_timeout_ms=150,
                       max_inflight_pushes=4, push_batch_bytes=2048, push_batch_entries=8,
-                      max_transfer_lag=50, transfer_timeout_ms=300)
+                      max_transfer_lag=50, transfer_timeout_ms=300, learner_promote_lag=50)
 
 
 @dataclass(slots=True)
@@ -83,7 +87,11 @@ class Cluster:
         self.rng = random.Random(seed)
         self.rot_rng = random.Random(seed + (4 << 32))  # its own stream: the other faults' runs stay as they were
         self.persist_rng = random.Random(seed + (6 << 32))  # the disk latency of term and vote writes
-        self.ids = [f"n{i}" for i in range(cfg.nodes)]
+        self.members = [f"n{i}" for i in range(cfg.nodes)]  # the group's first configuration
+        # Spare nodes run from the start, as new machines would, and join when a change names them.
+        spares = spare_ids(cfg.nodes, SPARES) if "members" in self.faults and cfg.nodes >= 3 else []
+        self.ids = self.members + spares
+        self.members_rng = random.Random(seed + (8 << 32))
         self.time = 0
         self.step_no = 0
         self.net = Network(random.Random(self.rng.getrandbits(64)))
@@ -106,7 +114,7 @@ class Cluster:
                 sim.rate = 1.0 + self.rng.uniform(-0.05, 0.05)
             self.sims[i] = sim
             self._start(sim)
-        self.checker = Checker(self.ids, self._running_store)
+        self.checker = Checker(self.ids, self._running_store, Membership.of(self.members))
         self.checker.stopped_store = lambda n: self.sims[n].store
 
     # -- stores ----------------------------------------------------------------------------------
@@ -148,8 +156,9 @@ class Cluster:
     # -- node lifecycle ------------------------------------------------------------------------
     def _start(self, sim: SimNode) -> None:
         node_id = sim.id
-        sim.node = RaftNode(node_id, GROUP, self.ids, sim.store, self.cfg.raft,
-                            random.Random(self.rng.getrandbits(64)))
+        member = node_id in self.members
+        sim.node = RaftNode(node_id, GROUP, self.members if member else [*self.members, node_id], sim.store,
+                            self.cfg.raft, random.Random(self.rng.getrandbits(64)), joining=not member)
         sim.driver = Driver(sim.node, self._send, lambda c: self._complete(node_id, c),
                             lambda ch: self._changed(node_id, ch), lambda: self._start_flush(sim),
                             lambda: self._start_persist(sim))
@@ -178,9 +187,7 @@ class Cluster:
         store = sim.store
         # One storage fault at a time: a second node losing its data while another recovers can leave a
         # 3-node group without a majority able to vote (docs/operations.md), which is not a Raft fault.
-        calm = not self.checker.damaged and not any(
-            s.store.identity is None or s.store.recovering or (s.node is not None and s.node.recovering)
-            for s in self.sims.values() if s.id != node_id)
+        calm = self._calm(node_id)
         if "wipe" in self.faults and calm and self.rng.random() < 0.15:
             self._wipe(sim)
             return
@@ -194,6 +201,12 @@ class Cluster:
             self.stats["corruptions"] += 1
             note = f", lost entries from {cut} (committed {c})"
         self._trace(node_id, f"CRASH until {until}{note}; durable end {store.end_index}")
+
+    def _calm(self, but: str | None = None) -> bool:
+        """No node (but `but`) recovers lost data or has yet to find its group."""
+        return not self.checker.damaged and not any(
+            s.store.identity is None or s.store.recovering or (s.node is not None and s.node.recovering)
+            for s in self.sims.values() if s.id != but)
 
     def _wipe(self, sim: SimNode) -> None:
         """The disk is replaced: the node comes back with an empty store under its old id. A disk that
@@ -312,10 +325,12 @@ class Cluster:
         self._tick()
         if phase != "quiet":
             self._clients()
+        if phase == "faults":  # (a learner added then has the heal period to catch up)
+            self._change_members()
         self._maintenance()
         self.checker.check()
         if phase != "faults":
-            self._check_liveness(step)
+            check_liveness(self, step)
 
     def _inject_faults(self) -> None:
         rng = self.rng
@@ -486,6 +501,23 @@ class Cluster:
                 self._trace(src.id, f"TRANSFER #{rid} to {target}")
                 self._apply(src, src.node.transfer_leader(target, src.now(self.time), request_id=rid))
 
+    def _change_members(self) -> None:
+        """Now and then the leader is asked for a membership change (members.py)."""
+        if len(self.ids) == len(self.members):
+            return
+        sim = self.sims[self.known_leader] if self.known_leader is not None else None
+        node = sim.node if sim is not None else None
+        if sim is None or node is None or not node.is_leader or sim.paused_until is not None:
+            return
+        drawn = draw_change(self.members_rng, node, self.ids, self._calm())
+        if drawn is None:
+            return
+        what, change = drawn
+        rid = node._request_id(None)
+        self.outstanding[(sim.id, sim.incarnation, rid)] = Proposal("config", [], self.time)
+        self._trace(sim.id, f"CHANGE #{rid} {what}")
+        self._apply(sim, node.change_members(change, sim.now(self.time), request_id=rid))
+
     def _producer_requests(self, producer: SimProducer) -> None:
         """A new numbered request, or (as after a timeout) every unacknowledged one again, in order."""
         rng = self.rng
@@ -558,44 +590,9 @@ class Cluster:
             bugs = [k for k in node.stats if k.startswith("bug_")]
             if bugs:
                 raise InvariantViolation(f"{i} counted internal inconsistencies: {bugs}")
-
-    # -- liveness ------------------------------------------------------------------------------
-    def current_leader(self) -> RaftNode | None:
-        best: RaftNode | None = None
-        for i in self.ids:
-            n = self.sims[i].node
-            if n is not None and n.is_leader and (best is None or n.term > best.term):
-                best = n
-        return best
-
-    def _check_liveness(self, step: int) -> None:
-        assert self.heal_started is not None
-        raft = self.cfg.raft
-        leader = self.current_leader()
-        if leader is not None:
-            self.leader_seen_after_heal = True
-        limit = 6 * (raft.election_timeout_ms + raft.election_backoff_ms) + 200
-        if not self.leader_seen_after_heal and self.time - self.heal_started > limit:
-            raise InvariantViolation(f"no leader {self.time - self.heal_started} ms after the faults healed")
-        last_of_window = step == self.cfg.steps - 1 or self.phase(step + 1) == "faults"
-        if not last_of_window:
-            return
-        if leader is None:
-            raise InvariantViolation("no leader at the end of a heal period")
-        stale = [(k, p.at) for k, p in self.outstanding.items()]
-        if stale:
-            raise InvariantViolation(f"requests never answered after the faults healed: {stale[:5]}")
-        lc = leader.store.committed_index
-        if lc != leader.store.end_index:
-            raise InvariantViolation(f"leader {leader.node_id} has uncommitted entries "
-                                     f"{lc + 1}..{leader.store.end_index} after a quiet period")
-        for i in self.ids:
-            n = self.sims[i].node
-            if n is None:
-                raise InvariantViolation(f"{i} not running after the heal")
-            if n.store.committed_index != lc or n.term != leader.term or n.leader_id != leader.node_id:
-                raise InvariantViolation(f"{i} has not converged: commit {n.store.committed_index} term {n.term} "
-                                         f"leader {n.leader_id}; leader {leader.node_id} commit {lc} "
-                                         f"term {leader.term}")
-        if self.checker.damaged:
-            raise InvariantViolation(f"nodes still recovering lost data: {sorted(self.checker.damaged)}")
+            if node.is_leader:  # (committed as it knows, or as the cluster does: a restarted leader's lags)
+                committed = max(sim.store.committed_index, len(self.checker.ref) - 1)
+                open_changes = [c[0] for c in sim.store.configs if c[0] > committed]
+                if len(open_changes) > 1:
+                    raise InvariantViolation(f"leader {i} holds {len(open_changes)} uncommitted configuration "
+                                             f"changes, at {open_changes}: one at a time")

@@ -15,6 +15,7 @@ from ..core.driver import Driver
 from ..core.ready import Completion, Ready, RoleChange
 from ..core.role import Role
 from ..raft.member import members_digest
+from ..raft.membership import Membership
 from ..raft.messages import Message, describe
 from ..raft.node import RaftNode
 from ..store.base import LogStore
@@ -43,18 +44,21 @@ def store_with_terms(terms: Sequence[int], vote_term: int = 0, config: StoreConf
 
 class Script:
     def __init__(self, ids: Sequence[str], config: RaftConfig = SCRIPT_RAFT, group: str = "g0",
-                 stores: dict[str, LogStore] | None = None, seed: int = 0, bootstrapped: bool = True) -> None:
+                 stores: dict[str, LogStore] | None = None, seed: int = 0, bootstrapped: bool = True,
+                 members: Sequence[str] | None = None) -> None:
         """With `bootstrapped` (the default) every store starts as a member of an existing group, so
-        scenarios begin at their first election; without it, pristine stores probe first (joining.py)."""
+        scenarios begin at their first election; without it, pristine stores probe first (joining.py).
+        `members` (default: every id) are the group's configured members; the other ids are spare nodes
+        that join it (a CONFIG entry must name them before they count)."""
         self.ids = list(ids)
+        self.members = list(members) if members is not None else list(ids)
         self.config = config
         self.group = group
         self.stores: dict[str, LogStore] = {i: (stores or {}).get(i) or MemoryStore() for i in self.ids}
         if bootstrapped:
-            identity = members_digest(group, self.ids)
-            for store in self.stores.values():
+            for i, store in self.stores.items():
                 if not store.identity:
-                    store.set_identity(identity)
+                    store.set_identity(members_digest(group, self._peers(i)))
         self.clock = {i: 0 for i in self.ids}
         self.queue: list[Message] = []
         self.completions: dict[str, list[Completion]] = {i: [] for i in self.ids}
@@ -90,9 +94,13 @@ class Script:
 
         return Driver(node, send, complete, changed, start_flush)
 
+    def _peers(self, node_id: str) -> list[str]:
+        return self.members if node_id in self.members else [*self.members, node_id]
+
     def restart(self, node_id: str) -> RaftNode:
         """A (new) RaftNode over the node's store, as after a process restart."""
-        node = RaftNode(node_id, self.group, self.ids, self.stores[node_id], self.config, self.rngs[node_id])
+        node = RaftNode(node_id, self.group, self._peers(node_id), self.stores[node_id], self.config,
+                        self.rngs[node_id], joining=node_id not in self.members)
         self.nodes[node_id] = node
         self.drivers[node_id] = self._driver(node)
         self.owed.discard(node_id)
@@ -168,6 +176,12 @@ class Script:
 
     def propose(self, node_id: str, bodies: Sequence[bytes], **kw: object) -> int:
         ready = self.apply(node_id, self.nodes[node_id].propose(bodies, self.clock[node_id], **kw))  # type: ignore[arg-type]
+        assert ready.request_id is not None
+        return ready.request_id
+
+    def change(self, node_id: str, change: Callable[[Membership], Membership]) -> int:
+        """Ask `node_id` to change the group's members (RaftNode.change_members); the request id."""
+        ready = self.apply(node_id, self.nodes[node_id].change_members(change, self.clock[node_id]))
         assert ready.request_id is not None
         return ready.request_id
 

@@ -139,9 +139,12 @@ class LogStore(Protocol):
         """Leader append: encode `bodies` as entries end_index+1.. of `term`, write them. `metas` maps an
         offset in `bodies` to that entry's metadata run (META_SIZE bytes, entry.pack_meta).
 
+        A CONFIG append (magic MAGIC_CONFIG) holds exactly one body and no metadata; it is added to
+        `configs` (FileStore: durably, before the entry is written).
+
         Raises InvalidArgumentError (nothing written) for a body over the maximum (metadata aside), bad
-        metadata or a term below end_term, DiskFullError past disk_full_ratio. Durable only after
-        flush() (flush "sync").
+        metadata, a CONFIG append of other than one body, or a term below end_term, DiskFullError past
+        disk_full_ratio. Durable only after flush() (flush "sync").
         """
         ...
 
@@ -150,7 +153,8 @@ class LogStore(Protocol):
 
         Checks each entry's CRCs, its chain to the previous entry, that indexes continue
         end_index+1.., that terms never decrease and that `pos` is where this store would put it.
-        Raises CorruptEntryError (nothing written) when any check fails.
+        Raises CorruptEntryError (nothing written) when any check fails. Every CONFIG entry of the run is
+        added to `configs`, with its body as pushed.
         """
         ...
 
@@ -216,6 +220,31 @@ class LogStore(Protocol):
         no damage. Durable before returning. Refuses (StoreError) when committed_index >= begin_index, or
         when the arguments cannot start a log (negative, a chain over 32 bits, no room for an entry at
         begin_pos in its segment)."""
+        ...
+
+    @property
+    def configs(self) -> tuple[tuple[int, int, bytes], ...]:
+        """The log's CONFIG entries as (index, term, body), oldest first. The first may lie below begin_index:
+        the configuration in force at the log's begin, kept when its entry expired or was reset away.
+        Empty when the log never held one.
+
+        Every cut (truncate_after, discard_after, mark_damaged, a torn tail or damage cut at recovery)
+        drops the entries past the new end; expire keeps, of those that fall below the new begin, only the
+        last; reset drops those at or past its begin and keeps the last below it. Read from what the store
+        keeps beside the log (FileStore: the `configs` file, checked against the log at open), never by
+        scanning the log."""
+        ...
+
+    def set_base_config(self, index: int, term: int, body: bytes) -> None:
+        """Record the configuration in force below begin_index (after a reset: the leader's, sent with the
+        reset): replaces any kept entry below begin_index; index must be < begin_index (and index, term
+        >= 0: else InvalidArgumentError). Durable on return."""
+        ...
+
+    def clear_base_config(self) -> None:
+        """Record that no CONFIG entry is in force below begin_index (after a reset from a leader that
+        holds none there: the configured members are): drops any kept entry below begin_index, which may be
+        one of this log's own that the leader's log never held. Durable on return."""
         ...
 
     def clear_damage(self) -> None:

@@ -12,6 +12,7 @@ from ..config import StoreConfig
 from ..entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK
 from ..errors import CorruptEntryError, IndexOutOfRangeError, StoreError
 from .base import Damage, check_reset, expiry_point
+from .configs import Config, ConfigLog
 from .durable_mark import DurableMark
 from .file_reads import FileReads
 from .vfs import OsFiles
@@ -36,8 +37,11 @@ class FileCuts(FileReads):
     _end_floor: int
     _committed_floor: int
     _mark: DurableMark
+    _configs: ConfigLog
 
     if TYPE_CHECKING:  # FileStore's own, used here
+        def _commit_configs(self, before: tuple[Config, ...]) -> None: ...
+        def _sync_configs(self) -> None: ...
         def _check_writable(self) -> None: ...
         def _before_entries(self) -> None: ...
         def _checkpoint(self, flushed: int, committed: int | None = None) -> None: ...
@@ -103,6 +107,8 @@ class FileCuts(FileReads):
             self._write_pos = new_wp
             self._flushed = min(self._flushed, keep)
         self._committed = min(self._committed, keep)
+        self._configs.cut_after(keep)
+        self._sync_configs()
 
     def mark_damaged(self, index: int, reason: str) -> None:
         self._check_writable()
@@ -131,6 +137,9 @@ class FileCuts(FileReads):
         self._check_writable()
         check_reset(begin_index, begin_pos, begin_chain, begin_term, self._committed, self._seg)
         self._before_entries()
+        # `configs` may still name entries the log lost (a rewrite that failed): they must not become the
+        # kept one below the new begin, where open checks nothing against the log.
+        self._commit_configs(self._configs.entries)
         self._recent.clear()
         # The mark first: with the new begin in the checkpoint, one still naming the old log's end would
         # make a crash before the files go look like damage to the old entries there, which the new log
@@ -149,6 +158,10 @@ class FileCuts(FileReads):
         # at begin_index. The segments go last first (no hole); bytes a crash leaves at begin_pos are
         # kept only if they chain to begin_chain (the same log), else cut as a torn tail.
         self._checkpoint(self._flushed)
+        # After the checkpoint: a crash before this rewrite leaves the old list, which open cuts to the new
+        # begin as this does (configs.py ConfigLog.validate).
+        self._configs.reset_to(begin_index)
+        self._sync_configs()
         try:
             self.data.clear()
             self.index.clear()
@@ -167,6 +180,7 @@ class FileCuts(FileReads):
                              self._disk_usage(self.dir) >= self.config.disk_clean_ratio)
         if point is None:
             return 0
+        self._commit_configs(self._configs.entries)  # as reset's: nothing stale may fall below the begin
         new_begin, new_pos = point
         removed = new_begin - self._begin  # 0 when the first segment held only a blank record
         if removed:
@@ -176,6 +190,10 @@ class FileCuts(FileReads):
         self._recent.drop_before(new_begin)
         # The checkpoint names the new begin before any file goes, so a crash in between is harmless.
         self.checkpoint()
+        # Then `configs` keeps, of the entries below the new begin, the last: a crash before this rewrite
+        # leaves the old list, which open cuts to the begin alike (configs.py ConfigLog.validate).
+        self._configs.expire_before(new_begin)
+        self._sync_configs()
         try:
             self.data.drop_before(new_pos)
             self.index.drop_before(new_begin * INDEX_UNIT_SIZE)

@@ -7,6 +7,8 @@ Layout of one store directory (`<data-dir>/<group>/<node-id>/`):
   checkpoint  begin (index, pos, chain, term), durable end, committed index and a recovery anchor
   currterm    current term and voted-for, replaced atomically before a vote is answered
   identity    the group identity the store was made for
+  configs     the log's CONFIG entries and the one in force at its begin (configs.py), replaced
+              atomically before an entry adds one and after a cut, expiry or reset
   lock        flock'ed by the process that has the store open; holds its pid
 """
 
@@ -27,6 +29,7 @@ from ..entry import (
     HEADER_SIZE,
     INDEX_UNIT_SIZE,
     MAGIC_BLANK,
+    MAGIC_CONFIG,
     MAGIC_NORMAL,
     META_SIZE,
     check_metas,
@@ -41,6 +44,8 @@ from ..errors import (
 )
 from .base import Appended, Damage, check_bodies, place
 from .checkpoint import Checkpoint, StableState, check_token, read_checkpoint, write_checkpoint
+from .configs import FILE as CONFIGS_FILE
+from .configs import Config, ConfigLog, check_config_append, pushed_configs, read_configs, write_configs
 from .dirlock import DirLock
 from .durable_mark import DurableMark
 from .file_cuts import FileCuts
@@ -137,6 +142,7 @@ class FileStore(FileCuts):
     # -- recovery ------------------------------------------------------------------------------
     def _open(self, repair: bool) -> None:
         cp = read_checkpoint(self.dir)
+        configs = read_configs(self.dir)  # a damaged file refuses the open before anything on disk changes
         self._stable = StableFiles(self.dir, self.files, cp, os.path.exists(os.path.join(self.dir, "checkpoint")))
         try:
             make_private_dirs(os.path.join(self.dir, "data"))
@@ -148,6 +154,7 @@ class FileStore(FileCuts):
         self._mark = DurableMark(self.dir, self.files)
         try:
             self._recover(cp, repair)
+            self._recover_configs(configs)
         except BaseException:
             self.data.close()
             self.index.close()
@@ -200,6 +207,19 @@ class FileStore(FileCuts):
         if result.error is not None or result.rebuilt or self._damage:
             self.checkpoint()  # (first: it keeps a damage's debt, which the mark below no longer names)
         self._set_mark(self._end)
+
+    def _recover_configs(self, saved: tuple[Config, ...] | None) -> None:
+        """Take the `configs` file's entries that the recovered log holds (configs.py): the file is written
+        before the entry that adds one, so it may name one a crash or a failed write kept out of the log,
+        or one a cut removed before the file was rewritten. Rewritten when anything was dropped."""
+        self._configs = ConfigLog(saved or ())
+        self._configs_saved: tuple[Config, ...] | None = self._configs.entries  # what the file holds
+        self.notes += self._configs.validate(self._begin, self._end, self._config_at)
+        self._sync_configs()
+
+    def _config_at(self, index: int) -> tuple[int, int, bytes]:
+        e = self.get(index)
+        return e.term, e.magic, e.body
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -259,6 +279,55 @@ class FileStore(FileCuts):
         except OSError as e:
             self._fail(e)
 
+    @property
+    def configs(self) -> tuple[Config, ...]:
+        return self._configs.entries
+
+    def set_base_config(self, index: int, term: int, body: bytes) -> None:
+        self._check_writable()
+        before = self._configs.entries
+        self._configs.set_base(index, term, body, self._begin)
+        self._commit_configs(before)
+
+    def clear_base_config(self) -> None:
+        self._check_writable()
+        before = self._configs.entries
+        self._configs.clear_base(self._begin)
+        self._commit_configs(before)
+
+    # -- the configs file (configs.py) ----------------------------------------------------------
+    def _write_configs(self) -> None:
+        """Make the `configs` file name what `_configs` holds, unless it does already (OSError on failure:
+        then what the file holds is not known, and the next call writes it)."""
+        entries = self._configs.entries
+        if entries is self._configs_saved or entries == self._configs_saved:
+            return
+        self._configs_saved = None
+        write_configs(self.files, self.dir, entries)
+        self._configs_saved = entries
+
+    def _commit_configs(self, before: tuple[Config, ...]) -> None:
+        """Before an entry or a base configuration is taken: write `configs` (changed from `before`),
+        durably. On failure `_configs` goes back to `before` and nothing is taken: out of descriptors or
+        space is transient (OutOfFilesError, DiskFullError), anything else fails the store."""
+        try:
+            self._write_configs()
+        except OSError as e:
+            self._configs.entries = before
+            self._transient_or_fail(e)
+
+    def _sync_configs(self) -> None:
+        """After a removal took effect (or at open): rewrite `configs` without the entries that went. Out of
+        descriptors or space, the file is left as it was and rewritten at the next change, or before an
+        expiry or reset (a file naming entries the log no longer holds is harmless until then: open drops
+        them); anything else fails the store."""
+        try:
+            self._write_configs()
+        except OSError as e:
+            if e.errno not in OUT_OF_FILES and e.errno not in NO_SPACE:
+                self._fail(e)
+            self.notes.append(f"could not rewrite {CONFIGS_FILE} ({e.strerror}): rewritten at the next change")
+
     # -- writes --------------------------------------------------------------------------------
     def _check_writable(self) -> None:
         if self._failed is not None:
@@ -285,6 +354,7 @@ class FileStore(FileCuts):
         self._check_writable()
         self._check_space()
         check_bodies(bodies, self._max_body)
+        check_config_append(bodies, magic, metas)
         if metas:
             check_metas(metas, len(bodies))
         if term < self._end_term:
@@ -295,11 +365,12 @@ class FileStore(FileCuts):
             return Appended(first, term, positions)
         self._before_entries()
         last = first + len(bodies) - 1
+        configs = [(first, term, bodies[0])] if magic == MAGIC_CONFIG else None
         wp = self._write_pos
         seg_end = wp - wp % self._seg + self._seg
         total = sum(map(len, bodies)) + HEADER_SIZE * len(bodies) + (META_SIZE * len(metas) if metas else 0)
         if wp + total + BLANK_SIZE <= seg_end:
-            self._reserve(wp + total - 1, last)
+            self._reserve(wp + total - 1, last, configs)
             try:
                 self._write_run(bodies, magic, first, term, wp, positions, metas)
             except OSError as e:
@@ -312,7 +383,7 @@ class FileStore(FileCuts):
                 if pos != wp:
                     rolls.append((i, wp))
                 wp = pos + size
-            self._reserve(wp - 1, last)
+            self._reserve(wp - 1, last, configs)
             wp0 = self._write_pos
             try:
                 start = 0
@@ -337,9 +408,10 @@ class FileStore(FileCuts):
         except OSError as e:
             self._transient_or_fail(e)
 
-    def _reserve(self, last_pos: int, last_index: int) -> None:
+    def _reserve(self, last_pos: int, last_index: int, configs: list[Config] | None = None) -> None:
         """Open the data and index segments a write will reach before writing any of it: with no file
-        descriptor free, the write then fails whole (nothing written, the store goes on), never midway."""
+        descriptor free, the write then fails whole (nothing written, the store goes on), never midway.
+        Then take the write's CONFIG entries, `configs` written (configs.py) before the entries are."""
         try:
             # From where the write starts: an empty list of segments starts at the first one ensured.
             self.data.ensure(self._write_pos)
@@ -348,6 +420,10 @@ class FileStore(FileCuts):
             self.index.ensure(last_index * INDEX_UNIT_SIZE)
         except OSError as e:
             self._transient_or_fail(e)
+        if configs:
+            before = self._configs.entries
+            self._configs.add(configs)
+            self._commit_configs(before)
 
     def _transient_or_fail(self, e: OSError) -> NoReturn:
         """Out of file descriptors, or of space, before anything of the log was written (a segment made
@@ -365,7 +441,9 @@ class FileStore(FileCuts):
         moved: a batch split at a segment end takes its parts one by one) is DiskFullError: the bytes that
         did land lie past the end, where the next append writes again and recovery would cut them; the write
         position goes back to `write_pos` (past a blank written before the first part). Anything else fails
-        the store."""
+        the store. Either way the CONFIG entries the write would have added go (`configs` names them until
+        its next rewrite: open drops them, see configs.py)."""
+        self._configs.cut_after(first - 1)
         if e.errno in NO_SPACE and self._end == first - 1:
             if write_pos is not None:
                 self._write_pos = write_pos
@@ -431,9 +509,9 @@ class FileStore(FileCuts):
             return self._end, metas
         self._before_entries()
         _o, last_pos, last_size, last_index, _t, _m = run[-1]
-        self._reserve(last_pos + last_size - 1, last_index)
         mv = memoryview(data)
         units = hotpath.index_units(data, len(run))
+        self._reserve(last_pos + last_size - 1, last_index, pushed_configs(mv, run, units, INDEX_UNIT_SIZE))
         first_pos, first = run[0][1], run[0][3]
         try:
             wp = self._write_pos

@@ -6,10 +6,11 @@ from collections.abc import Callable, Mapping, Sequence
 
 from .. import hotpath
 from ..config import StoreConfig
-from ..entry import HEADER_SIZE, MAGIC_NORMAL, Entry, check_entry, check_metas, encode_entry, entry_at
+from ..entry import HEADER_SIZE, MAGIC_CONFIG, MAGIC_NORMAL, Entry, check_entry, check_metas, encode_entry, entry_at
 from ..errors import CorruptEntryError, IndexOutOfRangeError, InvalidArgumentError, StoreError
 from .base import Appended, Damage, check_bodies, check_reset, expiry_point, place
 from .checkpoint import check_token
+from .configs import Config, ConfigLog, check_config_append, config_of
 from .reader import drop_control
 
 
@@ -54,6 +55,9 @@ class MemoryStore:
         self._durable_stable: tuple[int, str | None, bool] = (0, None, False)  # what a crash keeps
         self._damage: Damage | None = None
         self._identity: str | None = None
+        # The CONFIG entries (configs.py). A FileStore's `configs` file is written before the entry it adds
+        # and after every removal; none of those can fail here, so this is also what a crash keeps.
+        self._configs = ConfigLog()
 
     # -- state -------------------------------------------------------------------------------
     @property
@@ -106,10 +110,21 @@ class MemoryStore:
             self.persist_stable()  # term and recovery flag a joining node took before it (raft/node.py _join)
         self._identity = identity
 
+    @property
+    def configs(self) -> tuple[Config, ...]:
+        return self._configs.entries
+
+    def set_base_config(self, index: int, term: int, body: bytes) -> None:
+        self._configs.set_base(index, term, body, self._begin)
+
+    def clear_base_config(self) -> None:
+        self._configs.clear_base(self._begin)
+
     # -- writes ------------------------------------------------------------------------------
     def append(self, bodies: Sequence[bytes], term: int, magic: int = MAGIC_NORMAL,
                metas: Mapping[int, bytes] | None = None) -> Appended:
         check_bodies(bodies, self._max_body)
+        check_config_append(bodies, magic, metas)
         if metas:
             check_metas(metas, len(bodies))
         if term < self.end_term:
@@ -127,6 +142,8 @@ class MemoryStore:
             self._add(raw, term, chain, wp, pos)
             positions.append(pos)
             wp = pos + size
+        if magic == MAGIC_CONFIG:
+            self._configs.add([(first, term, bodies[0])])
         self._heal()
         return Appended(first, term, positions)
 
@@ -138,9 +155,11 @@ class MemoryStore:
         run, metas = hotpath.verify_run(data, self.end_index + 1, self._write_pos, prev_chain, self.end_term,
                                 self._seg, self._max_body)
         mv = memoryview(data)
-        for off, pos, size, _index, term, _magic in run:
+        for off, pos, size, index, term, magic in run:
             raw = bytes(mv[off:off + size])
             self._add(raw, term, int.from_bytes(raw[36:40], "big"), self._write_pos, pos)
+            if magic == MAGIC_CONFIG:
+                self._configs.add([config_of(mv, off, size, index, term)])
         self._heal()
         return self.end_index, metas
 
@@ -186,6 +205,7 @@ class MemoryStore:
         self._flushed = min(self._flushed, self.end_index)
         self._committed = min(self._committed, self.end_index)
         self._checkpointed_end = min(self._checkpointed_end, self.end_index)  # (FileStore rewrites its checkpoint)
+        self._configs.cut_after(self.end_index)
 
     def reset(self, begin_index: int, begin_pos: int, begin_chain: int, begin_term: int) -> None:
         check_reset(begin_index, begin_pos, begin_chain, begin_term, self._committed, self._seg)
@@ -196,6 +216,7 @@ class MemoryStore:
         self._committed = self._flushed = self._checkpointed_committed = begin_index - 1
         self._damage = None
         self._committed_floor = -1
+        self._configs.reset_to(begin_index)
 
     def mark_damaged(self, index: int, reason: str) -> None:
         if index > self.end_index:
@@ -268,6 +289,7 @@ class MemoryStore:
             del self._raw[:k], self._terms[:k], self._chains[:k]
         self._begin, self._begin_pos = new_begin, new_pos
         self._written = {s: t for s, t in self._written.items() if s >= new_pos // self._seg}
+        self._configs.expire_before(new_begin)
         self.checkpoint()  # as the file store persists the new begin
         return k
 
@@ -350,6 +372,11 @@ class MemoryStore:
         if self._checkpointed_committed > self.end_index and self._damage is None:
             self._committed_floor = self._checkpointed_committed
             self._damage = Damage(self.end_index + 1, self._checkpointed_committed, "lost in crash")
+        self._configs.validate(self._begin, self.end_index, self._config_at)  # as a FileStore's open does
+
+    def _config_at(self, index: int) -> tuple[int, int, bytes]:
+        e = self.get(index)
+        return e.term, e.magic, e.body
 
     def truncate_to_durable(self) -> None:
         if self._flushed < self.end_index:

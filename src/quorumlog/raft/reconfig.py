@@ -1,0 +1,169 @@
+"""Membership changes of a Raft node (membership.py says what a configuration is and which steps are
+allowed). The configuration a node follows is the one of the last CONFIG entry in its log, applied as soon
+as the entry is there (raft dissertation §4.1): `_sync_config` runs after every input, so an append, a
+truncation that cuts an uncommitted change away, and a reset take effect at once. A leader proposes a change
+through `change_members`, one at a time and only once an entry of its own term committed; a leader the
+committed configuration leaves out hands over and steps down.
+
+A mixin of RaftNode (node.py): it reads the node's member state, store, leader and elector.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..config import RaftConfig
+from ..core.appends import RequestId
+from ..core.ready import CONFIG, Completion, Ready
+from ..core.role import Role
+from ..entry import MAGIC_CONFIG
+from ..errors import DiskFullError, ResponseCode
+from ..store.base import LogStore
+from .member import MemberState
+from .membership import Membership, MembershipError, single_server_step
+from .messages import TimeoutNow
+from .roles import Event, Outcome
+
+if TYPE_CHECKING:
+    from .elector import Elector
+    from .pusher import Leader
+
+SUCCESS = int(ResponseCode.SUCCESS)
+
+
+class Reconfiguration:
+    """RaftNode's membership changes (see the module docstring)."""
+
+    if TYPE_CHECKING:
+        node_id: str
+        member: MemberState
+        store: LogStore
+        config: RaftConfig
+        stats: Counter[str]
+        elector: Elector
+        leader: Leader | None
+        _config_key: tuple[int, int] | None
+        pending_change: tuple[int, RequestId | None] | None
+        _now: int
+
+        def _begin(self, now: int | None = None) -> tuple[Ready, tuple[Role, int, str | None]]: ...
+        def _finish(self, out: Ready, before: tuple[Role, int, str | None]) -> Ready: ...
+        def _request_id(self, request_id: RequestId | None) -> RequestId: ...
+        def peer_match(self, peer: str) -> int: ...
+        def _run(self, outcome: Outcome | None, now: int, out: Ready) -> None: ...
+
+    def change_members(self, change: Callable[[Membership], Membership], now_ms: int,
+                       request_id: RequestId | None = None) -> Ready:
+        """Append a CONFIG entry holding `change(current configuration)`; the outcome arrives as a
+        Completion of kind "config" once the entry committed (membership.py). Refused, at once: on a
+        follower (NOT_LEADER), while a change is uncommitted (CHANGE_IN_PROGRESS), before the leader
+        committed an entry of its own term (LEADER_NOT_READY: without that rule two leaders of different
+        terms could each make a change and their majorities stop overlapping), for a change that is not
+        one valid single-server step (UNEXPECTED_ARGUMENT), and for the promotion of a learner more than
+        `learner_promote_lag` entries behind (FALL_BEHIND_TOO_MUCH)."""
+        out, before = self._begin(now_ms)
+        rid = self._request_id(request_id)
+        out.request_id = rid
+        m = self.member
+        code, reason = self._change_refusal()
+        new = m.config
+        if code is None:
+            try:
+                new = change(m.config)
+                reason = single_server_step(m.config, new)
+            except MembershipError as e:
+                reason = str(e)
+            if reason is not None:
+                code = ResponseCode.UNEXPECTED_ARGUMENT
+        if code is None:
+            for p in new.voters - m.config.voters:
+                behind = self.store.end_index - self.peer_match(p)
+                if behind > self.config.learner_promote_lag:
+                    code = ResponseCode.FALL_BEHIND_TOO_MUCH
+                    reason = (f"{p} is {behind} entries behind the leader; it is promoted within "
+                              f"learner_promote_lag ({self.config.learner_promote_lag})")
+        if code is not None:
+            self.stats[f"change_{code.name.lower()}"] += 1
+            out.completions.append(Completion(rid, int(code), CONFIG, term=m.term, leader_id=m.leader_id,
+                                              reason=reason))
+            return self._finish(out, before)
+        assert self.leader is not None
+        try:
+            index = self.store.append([new.encode()], m.term, MAGIC_CONFIG).first_index
+        except DiskFullError as e:
+            out.completions.append(Completion(rid, int(e.code), CONFIG, term=m.term, leader_id=m.leader_id,
+                                              reason=str(e)))
+            return self._finish(out, before)
+        self.stats["changes_proposed"] += 1
+        self.pending_change = (index, rid)
+        self._sync_config()
+        self.leader.dispatch_all(now_ms, out)
+        if self.store.durable_index >= self.store.end_index:  # flush=async: no flush will report it
+            self.leader.advance_commit(out)
+        return self._finish(out, before)
+
+    def _change_refusal(self) -> tuple[ResponseCode | None, str | None]:
+        m, leader = self.member, self.leader
+        if m.role != Role.LEADER or leader is None:
+            return ResponseCode.NOT_LEADER, None
+        if self.elector.transferring:
+            return ResponseCode.LEADER_TRANSFERRING, None
+        if leader.commit < leader.term_start:
+            return ResponseCode.LEADER_NOT_READY, (f"the leader of term {m.term} has not committed an entry of "
+                                                    "its term yet: try again shortly")
+        key = self._config_key
+        if key is not None and key[0] > self.store.committed_index:
+            return ResponseCode.CHANGE_IN_PROGRESS, (f"the change at index {key[0]} is not committed yet: one "
+                                                      "change at a time")
+        return None, None
+
+    def _sync_config(self) -> None:
+        """Follow the log's last CONFIG entry (or the configured members when it holds none): called after
+        every input, so appends, truncations and resets take effect at once."""
+        configs = self.store.configs
+        key = (configs[-1][0], configs[-1][1]) if configs else None
+        if key == self._config_key:
+            return
+        try:
+            config = Membership.decode(configs[-1][2]) if configs else self.member.bootstrap
+        except MembershipError:
+            self.stats["bug_unreadable_config"] += 1  # a CONFIG entry passed its CRCs: the leader wrote it so
+            return
+        self._config_key = key
+        self.member.apply(config)
+        self.stats["configs_applied"] += 1
+        if self.leader is not None:
+            self.leader.on_config(committed=False)
+
+    def _config_committed(self, out: Ready) -> None:
+        """Answer the change once committed; a leader the committed configuration leaves out steps down."""
+        m, store = self.member, self.store
+        key = self._config_key
+        committed = key is None or store.committed_index >= key[0]
+        if self.pending_change is not None and committed:
+            index, rid = self.pending_change
+            self.pending_change = None
+            out.completions.append(Completion(rid, SUCCESS, CONFIG, first_index=index, last_index=index,
+                                              term=m.term, leader_id=m.leader_id))
+            if self.leader is not None:
+                self.leader.on_config(committed=True)  # the removed member knows: stop pushing to it
+        if m.role == Role.LEADER and not m.is_voter and committed:
+            # Hand over to the most caught-up voter that holds everything, then follow (dissertation §4.2.2).
+            leader = self.leader
+            assert leader is not None
+            ready = [p for p in m.voter_others if leader.peer_match(p) >= store.end_index]
+            if ready:
+                target = max(ready, key=leader.peer_match)
+                out.messages.append(TimeoutNow(m.group, m.node_id, target, m.term))
+            self.stats["removed_leader_step_downs"] += 1
+            self._run(Outcome(Event.REMOVED, m.term, None, m.node_id), self._now, out)
+
+    def _abandon_change(self, leader_id: str | None, out: Ready) -> None:
+        """Leadership lost with a change uncommitted: answer TERM_CHANGED (its entry may still commit)."""
+        if self.pending_change is not None:
+            rid = self.pending_change[1]
+            self.pending_change = None
+            out.completions.append(Completion(rid, int(ResponseCode.TERM_CHANGED), CONFIG, term=self.member.term,
+                                              leader_id=leader_id))

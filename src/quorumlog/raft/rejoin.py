@@ -1,0 +1,103 @@
+"""How a Raft node that lost state comes back without contradicting its former self (a RaftNode mixin):
+protocol-aware recovery after damage (it neither votes nor leads until it has committed up to the end of
+a leader elected without it, which holds every committed entry) and the decision of a pristine node
+whether its group exists (joining.py)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from ..config import RaftConfig
+from ..core.ready import Ready
+from ..core.role import Role
+from ..errors import CorruptEntryError
+from ..store.base import LogStore
+from .joining import JOIN, Joiner, opens_first_election
+from .member import ABSTAINED, MemberState
+from .roles import Event, Outcome
+
+if TYPE_CHECKING:
+    from ..core.producers import ProducerTable
+    from .elector import Elector
+    from .handler import EntryHandler
+
+
+class Rejoining:
+    """RaftNode's recovery and joining (see the module docstring)."""
+
+    if TYPE_CHECKING:
+        member: MemberState
+        store: LogStore
+        config: RaftConfig
+        stats: Counter[str]
+        elector: Elector
+        handler: EntryHandler
+        producers: ProducerTable
+        joiner: Joiner | None
+        identity: str
+        recover_floor: int | None
+        recover_leader_end: int | None
+        recover_leader_term: int
+
+        def _run(self, outcome: Outcome | None, now: int, out: Ready) -> None: ...
+
+    def _check_recovered(self) -> None:
+        floor = self.recover_floor
+        lc = self.recover_leader_end
+        if floor is None or lc is None:
+            return
+        # The leader's end covers `floor`: that leader holds every committed entry, and any entry this node
+        # acknowledged and lost is in its log, durable (not just written), or was never committed.
+        if min(self.store.committed_index, self.store.durable_index) >= lc:
+            self.store.clear_damage()
+            m = self.member
+            # A vote this node cast in the current term before it lost its state is unknown: count it cast.
+            if m.voted_for is None:
+                m.set_term(m.term, ABSTAINED)
+            self.recover_floor = None
+            m.set_recovering(False)
+            self.stats["recovered_from_damage"] += 1
+
+    def _enter_recovery(self, floor: int) -> None:
+        """Stop voting and leading until this node has committed up to `floor` and up to the end of the
+        next leader it hears from (that leader holds every committed entry)."""
+        self.member.set_recovering(True)
+        self.recover_floor = max(floor, self.recover_floor if self.recover_floor is not None else -1)
+        self.recover_leader_end = None
+        self.recover_leader_term = -1
+        self.stats["recovering_from_damage"] += 1
+
+    def _on_corruption(self, e: CorruptEntryError, now: int, out: Ready) -> None:
+        """A stored entry failed its checks while running: cut the log there and re-fetch from peers."""
+        index = e.index
+        if index is None:
+            self.stats["rejected_CorruptEntryError"] += 1
+            return
+        self.stats["corrupt_entries_found"] += 1
+        self.store.mark_damaged(index, str(e))
+        self.producers.after_cut(self.store)
+        damage = self.store.damage
+        self._enter_recovery(damage.committed_index if damage is not None else index)
+        if self.member.role != Role.FOLLOWER:
+            self._run(Outcome(Event.CORRUPTION), now, out)
+        else:
+            self.handler.reset()  # not a role change: forget pushes that assumed the cut entries
+
+    def _join(self, decision: str, now: int = 0) -> None:
+        """A pristine node learned whether its group exists (joining.py)."""
+        joiner = self.joiner
+        assert joiner is not None
+        m = self.member
+        term = max(m.term, joiner.highest_term)
+        if term > 0 and (term > m.term or m.voted_for is None):
+            m.set_term(term, ABSTAINED)
+        if decision == JOIN:
+            self._enter_recovery(-1)
+            self.stats["joined_existing_group"] += 1
+        else:
+            self.stats["bootstrapped_group"] += 1
+            if opens_first_election(m, self.config.preferred_leader):
+                self.elector.campaign_now(now)
+        self.store.set_identity(self.identity)
+        self.joiner = None
