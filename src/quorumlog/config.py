@@ -162,6 +162,9 @@ class GroupConfig:
     raft: RaftConfig = field(default_factory=RaftConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     ha: HaConfig = field(default_factory=HaConfig)
+    # This node joins the running group: `peers` name its members and this node, which counts for nothing
+    # until a membership change names it (quorumlog members add, docs/operations.md).
+    join: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or self.name.startswith("."):

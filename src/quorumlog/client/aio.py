@@ -62,6 +62,7 @@ from ..net.schemas import (
     UNTAIL_REQUEST,
 )
 from .checks import check_answer, check_bodies, check_index, decode, promotion_refusal
+from .members import MemberChanges
 from .producer import PRODUCER_WINDOW, Producer
 from .results import _BATCH_ANSWER, AppendResult, Metadata, _split, endpoint_ids, parse_endpoints
 
@@ -77,7 +78,7 @@ _UNCERTAIN = frozenset({ResponseCode.TERM_CHANGED, ResponseCode.WAIT_QUORUM_ACK_
 
 
 
-class AsyncClient:
+class AsyncClient(MemberChanges):
     """An asyncio client of one group. Use `async with AsyncClient(...) as c:` or call close()."""
 
     def __init__(self, endpoints: str | Sequence[str], group: str = "g0", *, cluster: str = "quorumlog",

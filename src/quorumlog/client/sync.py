@@ -16,6 +16,7 @@ from ..entry import Entry
 from ..errors import QuorumLogError, ResponseCode
 from ..net.loop import loop_factory
 from .aio import AsyncClient
+from .members import Members
 from .results import AppendResult, Metadata
 
 T = TypeVar("T")
@@ -156,6 +157,22 @@ class Client:
 
     def promote(self, target: str, *, force: bool = False) -> tuple[str, int]:
         return self._run(self._ac.promote(target, force=force))
+
+    # Membership changes of a Raft group (client/members.py), answered once committed.
+    def add_member(self, node: str, address: str, *, learner: bool = False, timeout: float | None = None) -> Members:
+        return self._run(self._ac.add_member(node, address, learner=learner, timeout=timeout))
+
+    def promote_member(self, node: str, *, timeout: float | None = None) -> Members:
+        return self._run(self._ac.promote_member(node, timeout=timeout))
+
+    def remove_member(self, node: str) -> Members:
+        return self._run(self._ac.remove_member(node))
+
+    def set_member_address(self, node: str, address: str) -> Members:
+        return self._run(self._ac.set_member_address(node, address))
+
+    def members(self) -> Members:
+        return self._run(self._ac.members())
 
 
 def _settle(fut: ConcurrentFuture[Any], task: asyncio.Task[Any]) -> None:

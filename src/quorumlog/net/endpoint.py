@@ -70,6 +70,12 @@ class Endpoint:
         """Connect over TLS from now on (before start()); the server's certificate must name `expect_identity`."""
         self._connect_args.update(ssl=ctx, expect_identity=expect_identity)
 
+    def forget_group(self, group: str) -> None:
+        """Name no member digest for `group` at the next HELLOs (its members changed: see server/peers.py)."""
+        groups = self._connect_args.get("groups")
+        if isinstance(groups, dict):
+            groups.pop(group, None)
+
     def __repr__(self) -> str:
         return f"<Endpoint {self.host}:{self.port} {'up' if self.connected else 'down'}>"
 

@@ -28,6 +28,7 @@ class Op(IntEnum):
     STATUS = 17
     LEADERSHIP_TRANSFER = 18
     PROMOTE = 19  # primary/backup: make a backup the primary (RocketMQ's manual switch)
+    CHANGE_MEMBERS = 20  # Raft: add a learner, promote it, remove a member or move one (raft/membership.py)
     # Raft, between peers.
     VOTE = 30
     HEART_BEAT = 31

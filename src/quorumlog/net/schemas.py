@@ -104,6 +104,13 @@ LEADERSHIP_TRANSFER_RESPONSE = _resp(Op.LEADERSHIP_TRANSFER, ("leader", OPT_STR)
 PROMOTE_REQUEST = _req(Op.PROMOTE, ("group", GROUP), ("target", NODE_ID), ("epoch", Int(0, I64_MAX, "epoch")),
                        ("force", BOOL))
 PROMOTE_RESPONSE = _resp(Op.PROMOTE, ("primary", OPT_STR), ("epoch", INT))
+# Change a Raft group's members, answered once the change committed with its CONFIG entry's index and the
+# configuration it holds. `action`: "add" (a learner), "promote", "remove" or "set-address".
+MEMBER_ACTIONS = ("add", "promote", "remove", "set-address")
+CHANGE_MEMBERS_REQUEST = _req(Op.CHANGE_MEMBERS, ("group", GROUP), ("action", Str(16)), ("target", NODE_ID),
+                              ("address", OPT_STR))
+CHANGE_MEMBERS_RESPONSE = _resp(Op.CHANGE_MEMBERS, ("index", INT), ("voters", List(NODE_ID)),
+                                ("learners", List(NODE_ID)), ("addresses", Map(STR)))
 
 # --- Raft peer messages -----------------------------------------------------------------------------
 # Peers exchange the Raft core's messages as ONEWAY frames (the core is asynchronous: an answer may

@@ -32,7 +32,7 @@ from ..store.base import LogStore
 from .elector import Elector
 from .handler import EntryHandler
 from .joining import BOOTSTRAP, JOIN, Joiner
-from .member import MemberState, checked_identity
+from .member import MemberState, checked_identity, members_digest
 from .messages import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -72,7 +72,10 @@ class RaftNode(Reconfiguration, Rejoining):
         self.stats: Counter[str] = Counter()
         self.member = MemberState(node_id, group, peers, store, joining)
         recorded = store.identity  # (None: a pristine store)
-        self.identity = checked_identity(store, group, self.member.static_members)
+        if joining or store.configs:  # the log (or the group joined) says who the members are, not the config
+            self.identity = recorded or members_digest(group, self.member.static_members)
+        else:
+            self.identity = checked_identity(store, group, self.member.static_members)
         self.elector = Elector(self.member, store, config, rng, self.stats, self.peer_match,
                                lambda p: self.leader is not None and self.leader.dispatchers[p].disk_full)
         # A pristine store (new, or wiped) probes the other members before it may vote (joining.py).

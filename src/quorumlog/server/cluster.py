@@ -121,6 +121,9 @@ class LocalCluster:
     tokens: list[Mapping[str, Any]] = field(default_factory=list, repr=False)
     tls_dir: Path | None = None  # mutual TLS with the certificates of `quorumlog certs init` in this directory
     hosts: Sequence[str] = ()  # node i's address (default 127.0.0.1); beyond loopback it needs a secret or TLS
+    # The last `spares` nodes are no members: each joins the Raft groups (join = true) once a membership
+    # change names it (quorumlog members add).
+    spares: int = 0
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -150,12 +153,20 @@ class LocalCluster:
         """The file holding the cluster's shared secret (when it has one): clients pass it as --secret-file."""
         return self.root / "secret"
 
+    @property
+    def members(self) -> list[LocalNode]:
+        """The groups' first members: every node but the spares."""
+        return self.nodes[:len(self.nodes) - self.spares]
+
     def write_configs(self) -> None:
-        peers = ",".join(f"{n.node_id}={n.address}" for n in self.nodes)
+        members = self.members
+        member_peers = ",".join(f"{n.node_id}={n.address}" for n in members)
         if self.secret:
             self.root.mkdir(parents=True, exist_ok=True)
             write_private(self.secret_path, self.secret + "\n")
         for node in self.nodes:
+            spare = node not in members
+            peers = f"{member_peers},{node.node_id}={node.address}" if spare else member_peers
             node.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the log: this user's only
             lines = [f"id = {_toml_value(node.node_id)}", f"data_dir = {_toml_value(str(node.data_dir))}",
                      f"listen = {_toml_value(node.address)}", f"admin_listen = \"{node.host}:{node.admin_port}\""]
@@ -174,6 +185,8 @@ class LocalCluster:
             lines += [f"{k} = {_toml_value(v)}" for k, v in self.store.items()]
             for g in self.group_names:
                 lines += ["[[group]]", f"name = {_toml_value(g)}", f"peers = {_toml_value(peers)}"]
+                if spare:
+                    lines.append("join = true")
                 if self.replication != "raft":
                     lines += [f"replication = {_toml_value(self.replication)}", 'primary = "n0"']
                     lines += [f"{k} = {_toml_value(v)}" for k, v in self.ha.items()]

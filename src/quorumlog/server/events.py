@@ -32,7 +32,8 @@ RECOVERY = "recovery"  # store recovery at start, a cut torn or corrupt tail, re
 RESET = "reset"  # the log truncated or reset to the leader's
 REFUSAL = "refusal"  # HELLO refusals (either way), permission denials, limit hits
 NODE = "node"  # the node started or stops
-KINDS = (ELECTION, TRANSFER, RECOVERY, RESET, REFUSAL, NODE)
+MEMBERS = "members"  # a membership change asked for, committed or refused; the configuration followed
+KINDS = (ELECTION, TRANSFER, RECOVERY, RESET, REFUSAL, NODE, MEMBERS)
 
 
 @dataclass(slots=True)

@@ -30,7 +30,7 @@ from typing import Any
 from ..config import GroupConfig
 from ..core.appends import AppendRequest
 from ..core.driver import Driver
-from ..core.ready import APPEND, Completion, Ready, RoleChange
+from ..core.ready import APPEND, CONFIG, Completion, Ready, RoleChange
 from ..core.replica import PRIMARY_BACKUP, ReplicaCore
 from ..core.role import Role
 from ..errors import CorruptEntryError, DiskError, DiskFullError, ResponseCode
@@ -45,6 +45,7 @@ from ..raft.node import RaftNode
 from ..store.file_store import store_dir
 from .codec import PeerMessage
 from .events import ELECTION, RECOVERY, TRANSFER, Events
+from .members import GroupMembers
 from .metrics import GroupStats
 from .scrub import Scrubber
 from .store import NodeStore
@@ -134,11 +135,12 @@ class Group:
                                                   now_ms())
             else:
                 self.node = self.raft_node = RaftNode(node_id, cfg.name, list(cfg.peers), self.store, cfg.raft,
-                                                      random.Random())
+                                                      random.Random(), joining=cfg.join)
         except BaseException:
             self.store.close()  # the node does not start: let go of the store (and its lock) now
             raise
-        self.peers = dict(cfg.peers)
+        self.peers = dict(cfg.peers)  # follows the configuration in the log (members.py)
+        self.members = GroupMembers(self)
         self._send = send
         self._on_fatal = on_fatal
         self._flush_output = flush_output  # writes what the node queued on its connections, now
@@ -261,6 +263,7 @@ class Group:
         """Hand `ready` to the driver, then wake readers waiting for the commit index."""
         self.driver.apply(ready, now_ms())
         self._note_commit()
+        self.members.follow()
 
     def _persist_stable(self) -> None:
         """The driver's persist: a term, vote or recovery flag the core just took is written in the worker
@@ -331,6 +334,8 @@ class Group:
     def _complete(self, c: Completion) -> None:
         if c.kind == APPEND:
             self._complete_append(c)
+        elif c.kind == CONFIG:
+            self.members.complete(c)
         else:
             self._complete_transfer(c)
 
@@ -458,10 +463,14 @@ class Group:
                                f"use promote (quorumlog promote --group {self.name} --to {target})", self.leader_id)
             return
         self.events.record(TRANSFER, f"leadership transfer to {target} requested", self.name)
-        rid = self._next_rid
-        self._next_rid += 1
+        rid = self.next_request_id()
         self._transfers[rid] = (conn, frame, target)
         self.apply(self.node.transfer_leader(target, now_ms(), request_id=rid))
+
+    def next_request_id(self) -> int:
+        rid = self._next_rid
+        self._next_rid += 1
+        return rid
 
     @property
     def leader_id(self) -> str | None:
@@ -487,6 +496,7 @@ class Group:
             "stats": self.stats.doc(), "scrub": self.scrubber.doc(),
         }
         doc.update(node.status())  # (primary/backup: epoch, primary, in-sync set...)
+        doc.update(self.members.status())  # (Raft: the configuration, a change pending)
         if node.role == Role.LEADER:
             doc["peer_watermarks"] = {p: node.peer_match(p) for p in self.peers if p != self.node_id}
             doc["peer_lag"] = {p: max(0, s.end_index - m) for p, m in doc["peer_watermarks"].items()}

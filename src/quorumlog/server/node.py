@@ -30,6 +30,7 @@ from ..net.hello import TOKEN_PREFIX, allowed
 from ..net.ops import Op, op_name
 from ..net.outbox import Outbox
 from ..net.schemas import (
+    CHANGE_MEMBERS_REQUEST,
     GET_REQUEST,
     GET_RESPONSE,
     LEADERSHIP_TRANSFER_REQUEST,
@@ -113,6 +114,7 @@ class NodeServer:
         for g in cfg.groups:
             peers.update(g.peers)
         self.peer_addresses = peers
+        self._link_tasks: set[asyncio.Task[None]] = set()  # links to members a change added or moved
         # Connections kept for peers among max_connections: each dials once (twice while it replaces a lost one).
         self.peer_slots = min(2 * len(set(peers) - {cfg.node_id}), cfg.max_connections // 2)
         # Exchanged at HELLO with every peer: nodes that count different majorities must not talk.
@@ -143,6 +145,11 @@ class NodeServer:
             except OSError as e:
                 await self._close_groups()
                 raise StartupError(f"cannot open data dir {self.cfg.data_dir}: {e.strerror or e}") from None
+            g = self.groups[gcfg.name]
+            g.members.on_change = self._members_changed
+            if gcfg.join:  # its digest names the configured list, which its members do not share
+                self._forget_digest(g.name)
+            g.members.follow()  # (a log that holds changes: its configuration, its members' addresses)
         host, port = split_address(self.listen)
         tls = None
         if self.cfg.tls_cert is not None:
@@ -354,6 +361,20 @@ class NodeServer:
             if watch.increase(f"refused by {pid}", ep.refusals):
                 self.events.record(REFUSAL, f"peer {pid} refused this node's HELLO: {ep.last_error}")
 
+    def _members_changed(self, g: Group) -> None:
+        """A group's configuration changed (members.py): reach its members at their addresses, and name
+        its member digest no more at HELLO (the configured list no longer says who they are)."""
+        self._forget_digest(g.name)
+        for pid, addr in g.peers.items():
+            if pid != self.node_id and self.peer_addresses.get(pid) != addr:
+                self.peer_addresses[pid] = addr
+                self._link_tasks.add(task := asyncio.get_running_loop().create_task(self.links.ensure(pid, addr)))
+                task.add_done_callback(self._link_tasks.discard)
+
+    def _forget_digest(self, group: str) -> None:
+        self.member_digests.pop(group, None)
+        self.links.forget_digest(group)
+
     def _hello_refused(self, peer_id: str | None, host: str, reason: str) -> None:
         self.events.record(REFUSAL, f"refused HELLO of {peer_id or 'a connection'} from {host}: {reason}")
 
@@ -500,6 +521,10 @@ class NodeServer:
             g = self._group(r.group, conn, "admin")
             g.transfer(conn, f, r.target)
             return None
+        if op == Op.CHANGE_MEMBERS:
+            r = CHANGE_MEMBERS_REQUEST.decode(f.body)
+            self._group(r.group, conn, "admin").members.request(conn, f, r.action, r.target, r.address)
+            return None
         raise QuorumLogError(f"{op_name(op)} is not served by a node", ResponseCode.UNSUPPORTED)
 
     def _append(self, conn: Connection, f: Frame, single: bool) -> None:
@@ -553,7 +578,7 @@ class NodeServer:
             g_stats_unknown = f"peer {conn.peer_id} sent a message for group {msg.group!r}, not hosted here"
             log.debug(g_stats_unknown)
             return
-        if conn.peer_id != msg.sender or msg.sender not in g.peers or msg.sender == self.node_id:
+        if conn.peer_id != msg.sender or msg.sender not in g.members.known or msg.sender == self.node_id:
             reason = f"{conn.peer_id!r} is not a member of group {g.name} (message from {msg.sender!r})"
             log.warning("closing connection %r: %s", conn, reason)
             conn.close(reason, goodbye=ResponseCode.UNKNOWN_MEMBER)

@@ -43,23 +43,52 @@ class PeerLinks:
                  outbox: Outbox | None = None) -> None:
         self.node_id = node_id
         self.links: dict[str, Endpoint] = {}
+        self.addresses: dict[str, str] = {}
         self.dropped = 0
         self.sent = 0
+        self._args = dict(cluster=cluster, node_id=node_id, secret=secret, max_frame_bytes=max_frame_bytes,
+                          connect_timeout=2.0, backoff_initial=0.02, backoff_max=0.5, outbox=outbox)
+        self._groups = dict(groups or {})
+        self._tls: SSLContext | None = None
+        self._started = False
         for pid, addr in peers.items():
-            if pid == node_id:
-                continue
-            host, port = split_address(addr)
-            self.links[pid] = Endpoint(host, port, cluster=cluster, node_id=node_id, secret=secret,
-                                       max_frame_bytes=max_frame_bytes, connect_timeout=2.0,
-                                       backoff_initial=0.02, backoff_max=0.5, groups=dict(groups or {}),
-                                       name=pid, outbox=outbox, expect_node=pid)
+            if pid != node_id:
+                self._add(pid, addr)
+
+    def _add(self, pid: str, addr: str) -> Endpoint:
+        host, port = split_address(addr)
+        ep = Endpoint(host, port, groups=dict(self._groups), name=pid, expect_node=pid, **self._args)  # type: ignore[arg-type]
+        if self._tls is not None:
+            ep.use_tls(self._tls, expect_identity=pid)
+        self.links[pid] = ep
+        self.addresses[pid] = addr
+        return ep
+
+    async def ensure(self, pid: str, addr: str) -> None:
+        """Reach `pid` at `addr` from now on (a member added, or moved to a new address)."""
+        if pid == self.node_id or self.addresses.get(pid) == addr:
+            return
+        old = self.links.get(pid)
+        ep = self._add(pid, addr)
+        if self._started:
+            ep.start()
+        if old is not None:
+            await old.close()
+
+    def forget_digest(self, group: str) -> None:
+        """Stop naming `group`'s member digest at HELLO: its members changed, and its log says who they are."""
+        self._groups.pop(group, None)
+        for ep in self.links.values():
+            ep.forget_group(group)
 
     def use_tls(self, ctx: SSLContext) -> None:
         """Connect to every peer over TLS with this node's certificate; each peer's must name that peer."""
+        self._tls = ctx
         for pid, ep in self.links.items():
             ep.use_tls(ctx, expect_identity=pid)
 
     def start(self) -> None:
+        self._started = True
         for ep in self.links.values():
             ep.start()
 
