@@ -5,11 +5,17 @@ command line, a `----` line, then the output the command produced: the transcrip
 it ran, plus whatever the command prints itself (`status`, `log`, `expire`). Commands take `key=value`
 arguments:
 
-    cluster nodes=n0,n1,n2 [bootstrapped=false] [segment=4096] [log.n1=1,1,4 vote=7]
+    cluster nodes=n0,n1,n2 [bootstrapped=false] [segment=4096] [log.n1=1,1,4 vote=7] [members=n0,n1]
+            [prevote=false] [lease=false]
     elect n0 [drop=n2]              tick n0 ms=100 | tick all ms=100
     propose n0 count=3 [size=N]     deliver [drop=n2]      settle [drop=n2]
     run ms=500 [drop=n2] [show=Push,Vote]                  flush n0          restart n1      wipe n1
     expire n0 [member_timeout=ms]   status n0 [n1 ...]     log n0 [n1 ...]
+    change n0 add|promote|remove n3 [address=host:port]    config n0 [n1 ...]
+
+`members` are the group's first configuration (default: every node); the others are spares that join.
+`change` asks a node for a membership change (raft/reconfig.py); `config` prints the configuration each
+node follows. `prevote=false lease=false` turn pre-vote and check-quorum off (Raft as the paper has it).
 
 `drop=a,b` drops every message to or from those nodes. `log.<node>=t,t,...` starts that node with one
 entry per term listed, and `vote=T` starts every node in term T. `run` prints only role changes and
@@ -29,14 +35,15 @@ import difflib
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..config import StoreConfig
 from ..entry import decode_header
+from ..raft.membership import Membership
 from ..raft.messages import Message
 from ..store.base import LogStore
-from .script import Script, store_with_terms
+from .script import SCRIPT_RAFT, Script, store_with_terms
 
 SEPARATOR = "----"
 
@@ -160,7 +167,11 @@ class Runner:
         for i in ids:
             terms = [int(t) for t in kw.get(f"log.{i}", "").split(",") if t]
             stores[i] = store_with_terms(terms, vote, cfg)
-        self._script = Script(ids, stores=stores, bootstrapped=kw.get("bootstrapped", "true") == "true")
+        raft = replace(SCRIPT_RAFT, pre_vote=kw.get("prevote", "true") == "true",
+                       check_quorum=kw.get("lease", "true") == "true")
+        members = kw["members"].split(",") if "members" in kw else None
+        self._script = Script(ids, config=raft, stores=stores, members=members,
+                              bootstrapped=kw.get("bootstrapped", "true") == "true")
         self.proposals = 0
         return []
 
@@ -232,6 +243,26 @@ class Runner:
             out.append(f"{node}: role={n.role.name} term={n.term} leader={n.leader_id} begin={st.begin_index} "
                        f"end={st.end_index} commit={st.committed_index} recovering={n.recovering} "
                        f"joining={n.joining}")
+        return out
+
+    def cmd_change(self, pos: list[str], kw: dict[str, str]) -> list[str]:
+        if len(pos) != 3 or pos[1] not in ("add", "promote", "remove"):
+            raise ScenarioError("usage: change NODE add|promote|remove TARGET [address=host:port]")
+        node, action, target = pos
+        self._nodes([node])
+        address = kw.get("address")
+        changes: dict[str, Callable[[Membership], Membership]] = {
+            "add": lambda m: m.with_learner(target, address), "promote": lambda m: m.promoted(target),
+            "remove": lambda m: m.without(target)}
+        self.script.change(node, changes[action])
+        return []
+
+    def cmd_config(self, pos: list[str], kw: dict[str, str]) -> list[str]:
+        out = []
+        for node in self._nodes(pos):
+            c = self.script.nodes[node].member.config
+            learners = f" learners={','.join(sorted(c.learners))}" if c.learners else ""
+            out.append(f"{node}: voters={','.join(sorted(c.voters))}{learners}")
         return out
 
     def cmd_log(self, pos: list[str], kw: dict[str, str]) -> list[str]:
