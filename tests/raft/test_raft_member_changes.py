@@ -237,3 +237,19 @@ def test_the_2015_single_server_change_bug(rule: bool, monkeypatch: pytest.Monke
     both = min(s.stores["s1"].committed_index, committed_on_s2)
     differ = [i for i in range(both + 1) if s.stores["s1"].term_at(i) != s.stores["s2"].term_at(i)]
     assert differ, "the planted bug went unnoticed"
+
+
+def test_a_member_removed_and_added_back_is_pushed_to_again() -> None:
+    s = grown()
+    s.change("n0", lambda m: m.with_learner("n3"))
+    s.run(300)
+    rid = s.change("n0", lambda m: m.without("n3"))
+    while s.result("n0", rid) is None:  # committed by n0, n1, n2; n3 not yet sent that commit index
+        assert s.deliver(drop=cut("n3")), "the removal stalled"
+    s.change("n0", lambda m: m.with_learner("n3"))  # back before the leader dropped its dispatcher
+    s.run(300)
+    for k in range(4):
+        s.propose("n0", [f"after {k}".encode()])
+    s.run(1000)
+    assert config(s, "n0").learners == {"n3"}
+    assert s.stores["n3"].end_index == s.stores["n0"].end_index, "n3 was dropped from the pushes"

@@ -140,8 +140,9 @@ class RaftNode(Reconfiguration, Rejoining):
 
     def can_lead(self) -> bool:
         """Whether this node may campaign: as for voting, and only as a voter of its configuration (a
-        learner, or a member removed, never starts an election)."""
-        return self.recover_floor is None and self.joiner is None and self.member.is_voter
+        learner, or a member removed, never starts an election), or while the change that removes it is
+        not known committed (reconfig.py: it then leads a configuration without itself to that commit)."""
+        return self.recover_floor is None and self.joiner is None and (self.member.is_voter or self._leaving())
 
     def expiry_safe_index(self, now_ms: int, member_timeout_ms: int) -> int:
         """Its commit index; on a leader no more than what every member holds (Leader.expiry_safe_index)."""

@@ -59,7 +59,7 @@ class Leader:
     """Everything a leader holds for its term; discarded when it steps down."""
 
     __slots__ = ("member", "store", "config", "stats", "term", "group", "node_id", "dispatchers", "peers",
-                 "producers", "appends", "commit", "term_start")
+                 "producers", "appends", "commit", "term_start", "leaving")
 
     def __init__(self, member: MemberState, store: LogStore, config: RaftConfig, stats: Counter[str],
                  producers: ProducerTable, hand_off: HandOff | None = None) -> None:
@@ -80,6 +80,7 @@ class Leader:
         self.commit = store.committed_index
         # The index of this term's first entry (its NOOP): until it commits, no membership change (node.py).
         self.term_start = store.end_index + 1
+        self.leaving: dict[str, int] = {}  # removed member -> the committed change that removed it
 
     def _storage_refusal(self) -> str | None:
         """Why new entries cannot commit, when too few members can store them (followers whose disk
@@ -112,14 +113,26 @@ class Leader:
                 self.advance_commit(out)
 
     # -- QuorumAckChecker ------------------------------------------------------------------------
-    def on_config(self, committed: bool) -> None:
-        """The configuration changed, or the last change committed: push to every member of it, keeping
-        the progress of those that stay (a new member starts at the end, found by COMPARE). A removed
-        member is pushed to until its removal commits, so that it learns of it (and never campaigns)."""
+    def on_config(self, committed_at: int | None = None) -> None:
+        """The configuration changed, or (`committed_at`: its index) the last change committed: push to
+        every member of it, keeping the progress of those that stay (a new member starts at the end, found
+        by COMPARE). A removed member is pushed to until it was sent a commit index covering its removal,
+        so that it knows it is out (and never campaigns)."""
         end = self.store.end_index
         old = self.dispatchers
-        keep = {} if committed else old
-        self.dispatchers = {**keep, **{p: old.get(p) or Dispatcher(p, end) for p in self.member.others}}
+        self.dispatchers = {**old, **{p: old.get(p) or Dispatcher(p, end) for p in self.member.others}}
+        if committed_at is not None:
+            for p in set(self.dispatchers) - set(self.member.others):
+                self.leaving[p] = committed_at
+        for p in self.member.others:  # (a member removed and added back stays)
+            self.leaving.pop(p, None)
+        self.peers = list(self.dispatchers.values())
+
+    def _drop_left(self) -> None:
+        """Stop pushing to removed members that were told their removal committed."""
+        gone = [p for p, at in self.leaving.items() if self.dispatchers[p].commit_sent >= at]
+        for p in gone:
+            del self.dispatchers[p], self.leaving[p]
         self.peers = list(self.dispatchers.values())
 
     def advance_commit(self, out: Ready) -> None:
@@ -167,6 +180,8 @@ class Leader:
     def dispatch_all(self, now: int, out: Ready, tick: bool = False) -> None:
         for d in self.peers:
             self.dispatch(d, now, out, tick)
+        if self.leaving:
+            self._drop_left()
 
     def _term(self, index: int) -> int | None:
         """Our term at `index`, or None when we cannot name it (below our log's beginning)."""

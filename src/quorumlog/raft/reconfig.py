@@ -79,11 +79,15 @@ class Reconfiguration:
                 code = ResponseCode.UNEXPECTED_ARGUMENT
         if code is None:
             for p in new.voters - m.config.voters:
-                behind = self.store.end_index - self.peer_match(p)
-                if behind > self.config.learner_promote_lag:
+                # Caught up: within the lag, and holding at least the change that made it a member (on a
+                # short log the lag alone would pass a learner that holds nothing yet, which could not vote).
+                match, since = self.peer_match(p), self._config_key[0] if self._config_key else -1
+                behind = self.store.end_index - match
+                if behind > self.config.learner_promote_lag or match < since:
                     code = ResponseCode.FALL_BEHIND_TOO_MUCH
-                    reason = (f"{p} is {behind} entries behind the leader; it is promoted within "
-                              f"learner_promote_lag ({self.config.learner_promote_lag})")
+                    reason = (f"{p} is {behind} entries behind the leader; it is promoted once it holds the "
+                              f"change that added it (index {since}) and within learner_promote_lag "
+                              f"({self.config.learner_promote_lag})")
         if code is not None:
             self.stats[f"change_{code.name.lower()}"] += 1
             out.completions.append(Completion(rid, int(code), CONFIG, term=m.term, leader_id=m.leader_id,
@@ -135,7 +139,7 @@ class Reconfiguration:
         self.member.apply(config)
         self.stats["configs_applied"] += 1
         if self.leader is not None:
-            self.leader.on_config(committed=False)
+            self.leader.on_config()
 
     def _config_committed(self, out: Ready) -> None:
         """Answer the change once committed; a leader the committed configuration leaves out steps down."""
@@ -148,7 +152,7 @@ class Reconfiguration:
             out.completions.append(Completion(rid, SUCCESS, CONFIG, first_index=index, last_index=index,
                                               term=m.term, leader_id=m.leader_id))
             if self.leader is not None:
-                self.leader.on_config(committed=True)  # the removed member knows: stop pushing to it
+                self.leader.on_config(committed_at=index)  # (removed members: until they know)
         if m.role == Role.LEADER and not m.is_voter and committed:
             # Hand over to the most caught-up voter that holds everything, then follow (dissertation §4.2.2).
             leader = self.leader
@@ -159,6 +163,20 @@ class Reconfiguration:
                 out.messages.append(TimeoutNow(m.group, m.node_id, target, m.term))
             self.stats["removed_leader_step_downs"] += 1
             self._run(Outcome(Event.REMOVED, m.term, None, m.node_id), self._now, out)
+
+    def _leaving(self) -> bool:
+        """This node's removal is the log's last change, and not known committed: it was a voter before.
+        It may still campaign, counting only the new configuration's votes (not its own), so that a group
+        whose leader lost leadership while removing itself is not left waiting for it: elected, it commits
+        its removal and hands over (dissertation §4.2.2). Once the removal is committed it never does."""
+        configs = self.store.configs
+        if not configs or configs[-1][0] <= self.store.committed_index:
+            return False
+        try:
+            before = Membership.decode(configs[-2][2]) if len(configs) > 1 else self.member.bootstrap
+        except MembershipError:
+            return False
+        return self.node_id in before.voters and self.node_id not in self.member.config.voters
 
     def _abandon_change(self, leader_id: str | None, out: Ready) -> None:
         """Leadership lost with a change uncommitted: answer TERM_CHANGED (its entry may still commit)."""

@@ -111,6 +111,12 @@ class GroupMembers:
         if self.on_change is not None:
             self.on_change(g)
 
+    def takes(self, sender: str) -> bool:
+        """Whether peer messages of `sender` (an authenticated peer) are this group's to take: a member of
+        a configuration it followed or was configured with; any peer once the group joined or changed
+        members, since its leader may be one this node has no record of yet (raft/node.py's `_route`)."""
+        return sender in self.known or self.group.cfg.join or bool(self.group.store.configs)
+
     def status(self) -> dict[str, Any]:
         node = self.group.raft_node
         if node is None:

@@ -26,7 +26,7 @@ from ..net.bodies import unpack
 from ..net.connection import Connection, HandlerResult
 from ..net.errors import ProtocolError
 from ..net.frames import ONEWAY, REQUEST, Frame
-from ..net.hello import TOKEN_PREFIX, allowed
+from ..net.hello import TOKEN_PREFIX, allowed, is_client_id
 from ..net.ops import Op, op_name
 from ..net.outbox import Outbox
 from ..net.schemas import (
@@ -121,7 +121,7 @@ class NodeServer:
         self.member_digests = {g.name: members_digest(g.name, [*g.peers, cfg.node_id]) for g in cfg.groups}
         self.links = PeerLinks(cfg.node_id, peers, cluster=cfg.cluster, secret=cfg.secret,
                                max_frame_bytes=cfg.max_frame_bytes, groups=self.member_digests,
-                               outbox=self.outbox)
+                               outbox=self.outbox, handler=self._handle)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @property
@@ -185,6 +185,7 @@ class NodeServer:
             self.server = await serve(host, port, self._handle, cluster=self.cfg.cluster, node_id=self.node_id, ssl=tls,
                                       secret=self.cfg.secret, max_frame_bytes=self.cfg.max_frame_bytes,
                                       groups=self.member_digests, on_close=self._on_close,
+                                      on_established=self._on_established,
                                       outbox=self.outbox, after_frames=self._after_frames,
                                       max_connections=self.cfg.max_connections,
                                       max_handshakes=self.cfg.max_handshakes,
@@ -415,6 +416,12 @@ class NodeServer:
     # -- frames ------------------------------------------------------------------------------------
     def _on_close(self, conn: Connection) -> None:
         self.tails.drop_connection(conn)
+        if conn.peer_id is not None and self.links.inbound.get(conn.peer_id) is conn:
+            del self.links.inbound[conn.peer_id]
+
+    def _on_established(self, conn: Connection) -> None:
+        if conn.peer_id is not None and not is_client_id(conn.peer_id):
+            self.links.inbound[conn.peer_id] = conn  # (peers.py answers a peer it has no address for here)
 
     def _group(self, name: str, conn: Connection | None = None, *needs: str) -> Group:
         """The hosted group `name`, if `conn` has one of the permissions `needs` in it (hello.allowed)."""
@@ -578,7 +585,7 @@ class NodeServer:
             g_stats_unknown = f"peer {conn.peer_id} sent a message for group {msg.group!r}, not hosted here"
             log.debug(g_stats_unknown)
             return
-        if conn.peer_id != msg.sender or msg.sender not in g.members.known or msg.sender == self.node_id:
+        if conn.peer_id != msg.sender or not g.members.takes(msg.sender) or msg.sender == self.node_id:
             reason = f"{conn.peer_id!r} is not a member of group {g.name} (message from {msg.sender!r})"
             log.warning("closing connection %r: %s", conn, reason)
             conn.close(reason, goodbye=ResponseCode.UNKNOWN_MEMBER)

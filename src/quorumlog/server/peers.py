@@ -12,6 +12,7 @@ import socket
 from collections.abc import Mapping
 from ssl import SSLContext
 
+from ..net.connection import Connection, Handler
 from ..net.endpoint import Endpoint
 from ..net.errors import ConnectionClosedError
 from ..net.outbox import Outbox
@@ -40,15 +41,17 @@ class PeerLinks:
 
     def __init__(self, node_id: str, peers: dict[str, str], *, cluster: str, secret: str | None,
                  max_frame_bytes: int, groups: Mapping[str, str] | None = None,
-                 outbox: Outbox | None = None) -> None:
+                 outbox: Outbox | None = None, handler: Handler | None = None) -> None:
         self.node_id = node_id
         self.links: dict[str, Endpoint] = {}
         self.addresses: dict[str, str] = {}
         self.dropped = 0
         self.sent = 0
         self._args = dict(cluster=cluster, node_id=node_id, secret=secret, max_frame_bytes=max_frame_bytes,
-                          connect_timeout=2.0, backoff_initial=0.02, backoff_max=0.5, outbox=outbox)
+                          connect_timeout=2.0, backoff_initial=0.02, backoff_max=0.5, outbox=outbox,
+                          handler=handler)  # (a peer we have no address for answers on our connection)
         self._groups = dict(groups or {})
+        self.inbound: dict[str, Connection] = {}  # the connections peers opened to this node (node.py)
         self._tls: SSLContext | None = None
         self._started = False
         for pid, addr in peers.items():
@@ -94,12 +97,18 @@ class PeerLinks:
 
     def send(self, m: PeerMessage) -> None:
         ep = self.links.get(m.target)
-        if ep is None:
-            self.dropped += 1
-            return
         op, direction, body = encode_message(m)
         try:
-            ep.send(op, body, direction)
+            if ep is not None:
+                ep.send(op, body, direction)
+            else:
+                # A peer we have no address for yet (a leader that joined after this node was configured,
+                # named by entries not yet received): answer it on the connection it opened to us.
+                conn = self.inbound.get(m.target)
+                if conn is None or not conn.is_established:
+                    self.dropped += 1
+                    return
+                conn.send(op, body, direction)
         except ConnectionClosedError:
             self.dropped += 1
             return
