@@ -84,10 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--entries", type=positive, default=200_000, help="how many entries to write (store demo)")
     p.set_defaults(func=_demo)
 
-    from .commands import bench, certs, client_cmds, serve
+    from .commands import bench, certs, client_cmds, members, serve
 
     serve.add_parsers(sub)
     client_cmds.add_parsers(sub)
+    members.add_parsers(sub)
     bench.add_parsers(sub)
     certs.add_parsers(sub)
     return parser

@@ -89,24 +89,25 @@ class MemberChanges:
         body = CHANGE_MEMBERS_REQUEST.encode(self.group, action, node, address)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (timeout or self.retry_timeout)
-        asked = False
+        uncertain = False  # an earlier try may have committed: its answer was lost, or its leader deposed
         delay = 0.05
         while True:
             addr = await self._find_leader(deadline)
             try:
-                asked = True
                 r = await self._call(addr, Op.CHANGE_MEMBERS, body, CHANGE_MEMBERS_RESPONSE,
                                      timeout=max(5.0, deadline - loop.time()))
                 return Members(list(r.voters), list(r.learners), dict(r.addresses), r.index)
             except ResponseError as e:
                 code = e.code
-                if code == ResponseCode.UNEXPECTED_ARGUMENT and asked and await self._done(action, node, address):
+                if code == ResponseCode.UNEXPECTED_ARGUMENT and uncertain and await self._done(action, node, address):
                     return await self.members()  # an earlier try committed after all
+                uncertain = uncertain or code == ResponseCode.TERM_CHANGED
                 if code not in _WAIT or loop.time() + delay > deadline:
                     raise error_for(code, e.reason, e.leader) from None
                 if code == ResponseCode.NOT_LEADER:
                     self._redirect(e.leader)
             except (ConnectionClosedError, RequestTimeoutError):
+                uncertain = True
                 self._leader_addr = None
                 if loop.time() + delay > deadline:
                     raise

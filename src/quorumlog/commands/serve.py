@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..argtypes import base_port, port, positive
+from ..argtypes import base_port, non_negative, port, positive
 from .client_cmds import add_secret_arg, read_secret
 
 
@@ -42,6 +42,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "Start N `quorumlog serve` processes on 127.0.0.1, print their endpoints and admin URLs, and stop them "
         "all cleanly on Ctrl-C or SIGTERM. Nothing is restarted automatically."))
     p.add_argument("--nodes", type=positive, default=3, help="number of nodes (default 3)")
+    p.add_argument("--spares", type=non_negative, default=0,
+                   help="also start this many spare nodes, members of no group until added (quorumlog members "
+                        "add); Raft only (default 0)")
     p.add_argument("--groups", type=positive, default=1,
                    help="number of groups g0..gN-1, each on every node (default 1)")
     p.add_argument("--data-dir", required=True, help="data directory; node i uses DIR/n<i>")
@@ -88,7 +91,7 @@ def read_admin_token(args: argparse.Namespace) -> str | None:
 def _local_cluster(args: argparse.Namespace) -> int:
     from ..server.cluster import run_local_cluster
 
-    return run_local_cluster(nodes=args.nodes, groups=args.groups, data_dir=args.data_dir,
+    return run_local_cluster(nodes=args.nodes, spares=args.spares, groups=args.groups, data_dir=args.data_dir,
                              base_port=args.base_port, flush=args.flush, secret=read_secret(args),
                              log_level=args.log_level, segment_mb=args.segment_mb, replication=args.replication,
                              auth=args.auth,

@@ -268,23 +268,30 @@ class LocalCluster:
 
 def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int, flush: str = "sync",
                       secret: str | None = None, log_level: str = "WARNING", segment_mb: int = 64,
-                      replication: str = "raft", ha: Mapping[str, Any] | None = None, auth: bool = True) -> int:
+                      replication: str = "raft", ha: Mapping[str, Any] | None = None, auth: bool = True,
+                      spares: int = 0) -> int:
     """Start the cluster, print where it is, wait for Ctrl-C/SIGTERM, stop every node.
 
     Authentication is on unless `auth` is False: without a `secret`, a random one is made for the cluster
-    and kept in DATA_DIR/secret (readable by this user only), which clients pass as --secret-file."""
+    and kept in DATA_DIR/secret (readable by this user only), which clients pass as --secret-file. `spares`
+    more nodes run as members of no group, each joining the groups once added (quorumlog members add)."""
     from rich.console import Console
 
     # soft_wrap: lines as they are, never cut at 80 columns when the output is not a terminal (a file, a
     # pipe): a path or the endpoints split over two lines cannot be pasted or grepped.
     console, errors = Console(soft_wrap=True), Console(stderr=True, soft_wrap=True)
+    if spares and replication != "raft":
+        errors.print("[red]quorumlog: error: --spares: spare nodes join Raft groups only; a primary/backup group "
+                     "changes its members through its configuration and a restart[/red]", soft_wrap=True)
+        return 2
     if auth and not secret:
         secret = secrets.token_urlsafe(24)
     # Index segments sized to hold as many entries as a data segment of ~200-byte entries would.
     store = {"data_segment_bytes": segment_mb << 20, "index_segment_bytes": 32 * max(1, (segment_mb << 20) // 200)}
     try:
-        cluster = LocalCluster(Path(data_dir), nodes, groups, base_port, flush, secret, log_level, store=store,
-                               replication=replication, ha=dict(ha or {}) if replication != "raft" else {})
+        cluster = LocalCluster(Path(data_dir), nodes + spares, groups, base_port, flush, secret, log_level,
+                               store=store, replication=replication,
+                               ha=dict(ha or {}) if replication != "raft" else {}, spares=spares)
     except OSError as e:
         errors.print(f"[red]quorumlog: error: cannot make the data directory {data_dir}: {e.strerror or e}[/red]",
                      soft_wrap=True)
@@ -313,20 +320,30 @@ def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int,
         wait_listening(cluster, lambda: stop)
         settings = ", ".join(f"{k} {v}" for k, v in cluster.ha.items())
         mode = "raft" if replication == "raft" else f"primary-backup ({settings})"
-        console.print(f"[bold]quorumlog local cluster[/bold]: {nodes} nodes, groups {', '.join(cluster.group_names)}, "
-                      f"{mode}, flush {flush}, data in {data_dir}")
+        spared = f" and {spares} spare{'s' if spares > 1 else ''}" if spares else ""
+        console.print(f"[bold]quorumlog local cluster[/bold]: {nodes} nodes{spared}, groups "
+                      f"{', '.join(cluster.group_names)}, {mode}, flush {flush}, data in {data_dir}")
+        members = cluster.members
         for node in cluster.nodes:
             console.print(f"  {node.node_id}  {node.address}  admin {node.admin_url}/status  "
-                          f"pid {node.proc.pid if node.proc else '-'}  log {node.log_path}")
-        console.print(f"endpoints: {cluster.endpoints}")
+                          f"pid {node.proc.pid if node.proc else '-'}  log {node.log_path}"
+                          + ("" if node in members else "  (spare)"))
+        # The groups' members only: a spare answers for no group until it is added.
+        endpoints = ",".join(n.address for n in members)
+        console.print(f"endpoints: {endpoints}")
         if cluster.secret:
             console.print(f"authentication on: clients pass --secret-file {cluster.secret_path}")
         else:
             console.print("authentication off (--no-auth): any local process may connect")
         console.print("in another shell, the command line finds the cluster with:")
-        console.print(f"  export QUORUMLOG_ENDPOINTS={cluster.endpoints}")
+        console.print(f"  export QUORUMLOG_ENDPOINTS={endpoints}")
         if cluster.secret:
             console.print(f"  export QUORUMLOG_SECRET_FILE={cluster.secret_path}")
+        if spares:
+            each = f" (each group: --group {', '.join(cluster.group_names)})" if groups > 1 else ""
+            console.print(f"a spare joins a group once added{each}, as a learner promoted once caught up:")
+            for node in cluster.nodes[len(members):]:
+                console.print(f"  quorumlog members add --group g0 --id {node.node_id} --address {node.address}")
         console.print("Ctrl-C stops every node.")
         _show_startup(cluster, lambda: stop)
         reported: set[str] = set()
