@@ -104,6 +104,7 @@ class Cluster:
         self.known_leader: str | None = None
         self.partition_until = 0
         self.heal_started: int | None = None
+        self.heal_commits: dict[str, int] = {}  # each node's commit index when the faults last healed
         self.leader_seen_after_heal = False
         self._tmp = tempfile.mkdtemp(prefix="quorumlog-sim-") if cfg.file_store else None
         self.sims: dict[str, SimNode] = {}
@@ -416,6 +417,7 @@ class Cluster:
 
     def _heal(self) -> None:
         self.heal_started = self.time
+        self.heal_commits = {i: s.store.committed_index for i, s in self.sims.items()}
         self.leader_seen_after_heal = False
         self.net.heal()
         self._trace("net", "HEAL: network repaired, crashed nodes restart, paused nodes resume")

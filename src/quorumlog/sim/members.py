@@ -24,8 +24,9 @@ def spare_ids(nodes: int, spares: int) -> list[str]:
 
 def draw_change(rng: random.Random, leader: RaftNode, ids: list[str], calm: bool) -> tuple[str, Change] | None:
     """A change for `leader` to propose (a description and the change), or None this step. Not `calm`
-    (a node recovers lost data, or has yet to find its group): no promotion, which would add a voter that
-    cannot vote yet to a group already short of one (an operator's choice, not a Raft fault)."""
+    (a node recovers lost data, or has yet to find its group): no promotion and no voter removed, which
+    would leave a group already short of a voter able to vote without a majority of its voters (an
+    operator's choice, not a Raft fault)."""
     if rng.random() >= CHANGE_CHANCE or leader.pending_change is not None:
         return None
     cfg = leader.member.config
@@ -41,7 +42,7 @@ def draw_change(rng: random.Random, leader: RaftNode, ids: list[str], calm: bool
     if learners:
         gone = rng.choice(learners)
         options.append((f"remove learner {gone}", lambda m: m.without(gone)))
-    if len(voters) > MIN_VOTERS:
+    if len(voters) > MIN_VOTERS and calm:
         v = rng.choice(voters)  # the leader itself, at times
         options.append((f"remove voter {v}", lambda m: m.without(v)))
     moved = rng.choice(voters + learners)
