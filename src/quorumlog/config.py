@@ -206,9 +206,9 @@ class TokenConfig:
     """A named client credential: its secret, and what it may do in each group ("*": every group).
 
     read: READ, GET, TAIL, METADATA; append: APPEND, APPEND_BATCH; admin: LEADERSHIP_TRANSFER, PROMOTE,
-    STATUS. A client using it connects as "client:<name>" and proves the secret at HELLO. Its permissions
-    are also those of a client whose TLS certificate names "client:<name>"; on a node with TLS a token may
-    have no secret and stand for such certificates only."""
+    CHANGE_MEMBERS, STATUS. A client using it connects as "client:<name>" and proves the secret at HELLO.
+    Its permissions are also those of a client whose TLS certificate names "client:<name>"; on a node with
+    TLS a token may have no secret and stand for such certificates only."""
 
     name: str
     secret: str = field(repr=False)

@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from quorumlog.server.node import NodeServer
 from quorumlog.server.store import NodeStore
 from quorumlog.store.file_store import store_dir
 
-from .conftest import node_index, wait_until
+from .conftest import FAST_RAFT, node_index, wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -124,7 +125,7 @@ def test_cluster_api_shape_rates_and_a_dead_peer(cluster_factory: Any) -> None:
     assert n2["error"] and "uptime_s" not in n2
     assert [n["up"] for n in doc["nodes"]] == [True, True, False]
     row = group(doc)["replicas"][2]
-    assert row == {"node": "n2", "up": False, "missing": False}
+    assert row == {"node": "n2", "up": False, "missing": False, "learner": False}
     assert any(e["kind"] == "node" and "n2 is down" in e["text"] for e in doc["events"])
     for _ in range(3):  # the dead member does not hold the page up
         t0 = time.monotonic()
@@ -447,3 +448,194 @@ def test_events_of_one_millisecond_keep_their_order_and_a_member_that_goes_away_
     assert first[0] == "seen from n0: n2 is down: connection refused"
     assert first[1:] == [*reversed(texts), "started"]
     assert later[0] == "seen from n0: n2 is no longer a member"
+
+
+# -- membership changes --------------------------------------------------------------------------------
+
+def test_a_groups_configuration_is_read_from_the_status_document() -> None:
+    """A Raft group's configuration and pending change as STATUS has them (server/members.py's status keys
+    "config", "change_pending", "change_asked"), checked field by field: a voter also named a learner is a
+    voter, and a configuration that is not one reads as unknown, its pending change with it."""
+    def group_doc(g: dict[str, Any]) -> GroupDoc:
+        return parse_status("n0", {"node": "n0", "groups": {"g0": g}}).groups["g0"]
+
+    g = group_doc({"role": "leader", "config": {"voters": ["n2", "n0", "n1", "n0"], "learners": ["n3", "n1"],
+                                                "addresses": {"n3": "10.0.0.4:9000"}},
+                   "change_pending": True, "change_asked": 41})
+    assert g.voters == ("n0", "n1", "n2") and g.learners == ("n3",)
+    assert g.change_pending and g.change_asked == 41
+    g = group_doc({"config": {"voters": ["n0"], "learners": []}, "change_pending": 1, "change_asked": -3})
+    assert g.voters == ("n0",) and g.learners == () and not g.change_pending and g.change_asked is None
+    # A primary/backup group (no "config"), and configurations that are none: unknown, nothing pending.
+    bad: Any
+    for bad in (None, {}, {"voters": [], "learners": []}, {"voters": ["n0", 7], "learners": []},
+                {"voters": "n0", "learners": []}, {"voters": ["n0"]}, {"voters": ["n0"], "learners": [""]},
+                {"voters": ["n0" * 200], "learners": []}, ["n0"]):
+        g = group_doc({"config": bad, "change_pending": True, "change_asked": 5})
+        assert g.voters is None and g.learners == () and not g.change_pending and g.change_asked is None, bad
+    many = group_doc({"config": {"voters": [f"m{i:03}" for i in range(1000)], "learners": []}})
+    assert many.voters is not None and len(many.voters) == 64
+
+
+def test_a_raft_groups_replicas_are_its_configuration_with_learners_marked(tmp_path: Path) -> None:
+    """The cluster document shows a Raft group's members as its leader's configuration has them, not as this
+    node's config file lists them: a learner added is shown and marked (down or up), a member removed is
+    not shown, a pending change is said; with no leader, this node's own view; a leader that leads its own
+    removal out is still shown until it commits."""
+    peers = {"n0": "127.0.0.1:1", "n1": "127.0.0.1:2", "n2": "127.0.0.1:3"}
+
+    def member(node: str, role: str, voters: tuple[str, ...] | None, learners: tuple[str, ...] = (),
+               pending: bool = False, term: int = 3) -> NodeDoc:
+        g = GroupDoc("g0", node, role=role, term=term, end=100, voters=voters, learners=learners,
+                     change_pending=pending, change_asked=100 if pending and role == "leader" else None)
+        return NodeDoc(node, uptime_s=1, groups={"g0": g})
+
+    async def documents() -> list[dict[str, Any]]:
+        view = ClusterView(NodeServer(NodeConfig("n0", tmp_path, (GroupConfig("g0", peers),))))
+        grown = ("n0", "n1", "n2")
+        out = []
+        # n1 leads and has appended "add learner n3" (pending); n0 has not received it yet; n3 is down.
+        docs = {"n0": member("n0", "follower", grown), "n1": member("n1", "leader", grown, ("n3",), True),
+                "n2": member("n2", "follower", grown, ("n3",), True)}
+        out.append(view._document([*peers, "n3"], docs, {"n3": "connection refused"}))
+        # Committed; n3 is up and follows. Then n2 removed: n2 still runs, no longer a member.
+        docs = {n: member(n, "leader" if n == "n1" else "follower", grown, ("n3",)) for n in (*peers, "n3")}
+        out.append(view._document([*peers, "n3"], docs, {}))
+        shrunk = ("n0", "n1")
+        docs = {n: member(n, "leader" if n == "n1" else "follower", shrunk, ("n3",)) for n in ("n0", "n1", "n3")}
+        docs["n2"] = member("n2", "follower", grown, ("n3",))
+        out.append(view._document([*peers, "n3"], docs, {}))
+        # No leader: this node's own view (n0's). Then n1 leads its own removal out (appended, pending).
+        docs = {n: member(n, "candidate", shrunk, ("n3",)) for n in ("n0", "n1", "n3")}
+        docs["n1"] = member("n1", "candidate", ("n0", "n1", "n3"))
+        out.append(view._document(["n0", "n1", "n3"], docs, {}))
+        docs = {"n0": member("n0", "follower", ("n0", "n3"), (), True), "n3": member("n3", "follower", shrunk, ("n3",)),
+                "n1": member("n1", "leader", ("n0", "n3"), (), True)}
+        out.append(view._document(["n0", "n1", "n3"], docs, {}))
+        return out
+
+    pending, grown, removed, leaderless, leaving = (group(d) for d in asyncio.run(documents()))
+    assert [(r["node"], r["learner"], r["up"]) for r in pending["replicas"]] == [
+        ("n0", False, True), ("n1", False, True), ("n2", False, True), ("n3", True, False)]
+    assert pending["replicas"][3] == {"node": "n3", "up": False, "missing": False, "learner": True}
+    assert pending["voters"] == ["n0", "n1", "n2"] and pending["learners"] == ["n3"]
+    assert pending["change_pending"] is True and pending["change_asked"] == 100 and pending["leader"] == "n1"
+    assert [(r["node"], r["learner"], r["role"]) for r in grown["replicas"]] == [
+        ("n0", False, "follower"), ("n1", False, "leader"), ("n2", False, "follower"), ("n3", True, "follower")]
+    assert grown["change_pending"] is False and grown["change_asked"] is None
+    assert [r["node"] for r in removed["replicas"]] == ["n0", "n1", "n3"] and removed["voters"] == ["n0", "n1"]
+    assert leaderless["leader"] is None and leaderless["voters"] == ["n0", "n1"] and leaderless["learners"] == ["n3"]
+    assert [r["node"] for r in leaving["replicas"]] == ["n0", "n1", "n3"] and leaving["leader"] == "n1"
+    assert leaving["voters"] == ["n0", "n3"] and leaving["learners"] == [] and leaving["change_pending"] is True
+
+
+def test_a_primary_backup_group_keeps_its_configured_members(tmp_path: Path) -> None:
+    """No configuration in the documents (primary/backup, or a member of an older version): the replicas are
+    the configured peers, none a learner, no change pending."""
+    peers = {"n0": "127.0.0.1:1", "n1": "127.0.0.1:2", "n2": "127.0.0.1:3"}
+    docs = {n: NodeDoc(n, uptime_s=1, groups={"g0": GroupDoc("g0", n, role="leader" if n == "n0" else "follower",
+                                                             term=2, replication="primary-backup")})
+            for n in ("n0", "n1")}
+
+    async def document() -> dict[str, Any]:
+        view = ClusterView(NodeServer(NodeConfig("n0", tmp_path, (GroupConfig("g0", peers),))))
+        return view._document(list(peers), docs, {"n2": "down"})
+
+    g = group(asyncio.run(document()))
+    assert [(r["node"], r["up"], r["learner"]) for r in g["replicas"]] == [
+        ("n0", True, False), ("n1", True, False), ("n2", False, False)]
+    assert g["voters"] is None and g["learners"] == [] and g["change_pending"] is False
+
+
+def _pause_followers_and_add(cluster: LocalCluster, c: Client, leader: str, spare: LocalNode) -> Any:
+    """Kill the leader's followers and ask it to add `spare` as a learner (answered once committed); returns
+    the pending answer and the followers' indexes, to start them again."""
+    followers = [i for i, n in enumerate(cluster.members) if n.node_id != leader]
+    for i in followers:
+        cluster.kill(i)
+    pool = ThreadPoolExecutor(1)
+    asked = pool.submit(c.add_member, spare.node_id, spare.address, learner=True, timeout=60)
+    pool.shutdown(wait=False)
+    return asked, followers
+
+
+def test_cluster_api_follows_membership_changes(cluster_factory: Any) -> None:
+    """A spare added as a learner while the leader's followers are down: its change pending (in force on the
+    leader, which shows the learner at once), then committed; the spare promoted; a member removed, which
+    leaves the page (with an event); and every step's MEMBERS events, of kind "members"."""
+    # Without check-quorum the leader keeps leading, and the change stays asked of it, while its followers are down.
+    cluster: LocalCluster = cluster_factory(nodes=4, spares=1, raft={**FAST_RAFT, "check_quorum": False})
+    spare = cluster.nodes[3]
+    with Client(",".join(n.address for n in cluster.members), group="g0", retry_timeout=60) as c:
+        c.append(b"first")
+        leader = wait_until(lambda: c.metadata(with_nodes=False).leader, 10, "the leader")
+        served = next(n for n in cluster.nodes if n.node_id == leader)
+        doc = wait_api(served, all_following_the_leader, 30, "every node up and following the leader")
+        g = group(doc)
+        assert [r["node"] for r in g["replicas"]] == ["n0", "n1", "n2"] and g["voters"] == ["n0", "n1", "n2"]
+        assert not any(r["learner"] for r in g["replicas"]) and g["change_pending"] is False
+
+        asked, followers = _pause_followers_and_add(cluster, c, leader, spare)
+        doc = wait_api(served, lambda d: group(d)["change_pending"] and group(d)["learners"] == ["n3"], 20,
+                       "the learner shown, its change pending")
+        g = group(doc)
+        assert [(r["node"], r["learner"]) for r in g["replicas"]] == [
+            ("n0", False), ("n1", False), ("n2", False), ("n3", True)]
+        assert g["change_asked"] is not None and "n3" in [n["id"] for n in doc["nodes"]]
+        for i in followers:
+            cluster.start(i)
+        assert asked.result(90).learners == ["n3"]
+        doc = wait_api(served, lambda d: not group(d)["change_pending"] and all(
+            r["up"] and not r.get("missing") for r in group(d)["replicas"]), 30, "the change committed, n3 up")
+        assert next(r for r in group(doc)["replicas"] if r["node"] == "n3")["learner"] is True
+
+        c.promote_member("n3", timeout=60)
+        doc = wait_api(served, lambda d: group(d)["voters"] == ["n0", "n1", "n2", "n3"], 20, "n3 a voter")
+        assert group(doc)["learners"] == [] and not any(r["learner"] for r in group(doc)["replicas"])
+
+        # A follower leaves (not the node serving the page, nor the leader, whose events record the removal).
+        now = wait_until(lambda: c.metadata(with_nodes=False).leader, 10, "the leader")
+        gone = next(n.node_id for n in cluster.members if n.node_id not in (leader, now))
+        c.remove_member(gone)
+
+        def removed(d: dict[str, Any]) -> bool:
+            texts = [e["text"] for e in d["events"] if e["kind"] == "members"]
+            return (gone not in [r["node"] for r in group(d)["replicas"]] and gone not in [n["id"] for n in d["nodes"]]
+                    and any(t.startswith(f"members: remove {gone} committed") for t in texts))
+
+        doc = wait_api(served, removed, 20, f"{gone} gone from the page, its removal among the events")
+        assert any(e["kind"] == "node" and e["text"].endswith(f"{gone} is no longer a member") for e in doc["events"])
+        texts = [e["text"] for e in doc["events"] if e["kind"] == "members"]  # (any node's: leadership may move)
+        assert any(t.startswith("members: add n3 at") and "committed" in t for t in texts), texts
+        assert any(t.startswith("members: promote n3 committed") for t in texts), texts
+        assert any(t.startswith("configuration: voters") for t in texts), texts
+
+
+def test_page_marks_learners_a_pending_change_and_members_events(cluster_factory: Any, browser: Any) -> None:
+    cluster: LocalCluster = cluster_factory(nodes=4, spares=1, raft={**FAST_RAFT, "check_quorum": False})
+    spare = cluster.nodes[3]
+    with Client(",".join(n.address for n in cluster.members), group="g0", retry_timeout=60) as c:
+        c.append(b"first")
+        leader = wait_until(lambda: c.metadata(with_nodes=False).leader, 10, "the leader")
+        served = next(n for n in cluster.nodes if n.node_id == leader)
+        wait_api(served, all_following_the_leader, 30, "every node up and following the leader")
+        browser.get(served.admin_url + "/")
+        wait_page(browser, lambda s: s["leader"] == leader and len(s["rows"]) == 3, 15, "the page")
+        asked, followers = _pause_followers_and_add(cluster, c, leader, spare)
+        marks = """
+        const g0 = document.querySelector('section.group[data-group="g0"]');
+        return g0 ? [g0.dataset.changePending, g0.querySelector('.panel-head .pending') !== null,
+                     [...g0.querySelectorAll('tbody tr[data-learner="true"]')].map((r) => r.dataset.node),
+                     [...document.querySelectorAll('#events tr[data-kind="members"] .kind.k-members')].length > 0]
+                  : null;
+        """
+        wait_until(lambda: browser.execute_script(marks) == ["true", True, ["n3"], True], 20,
+                   "the learner marked, the change pending, members events styled")
+        assert "learner" in browser.find_element("css selector", 'tr[data-node="n3"]').text
+        for i in followers:
+            cluster.start(i)
+        asked.result(90)
+        wait_until(lambda: browser.execute_script(marks) == ["false", False, ["n3"], True], 30,
+                   "the change committed on the page")
+        buttons = [b.text for b in browser.find_elements("css selector", "#event-filter button")]
+        assert "members" in buttons

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import urllib.request
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from prometheus_client.metrics_core import Metric
 
 from quorumlog.client import Client
 
-from .conftest import metric_value, scrape, wait_until
+from .conftest import FAST_RAFT, metric_value, scrape, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 # Per-node families carry `node`; every other quorumlog family is per group and carries `group` too.
@@ -28,7 +29,7 @@ def _families(fams: dict[str, Metric]) -> list[Metric]:
     return list({id(f): f for f in fams.values()}.values())
 
 
-def _check_conventions(fams: dict[str, Metric], group: str) -> None:
+def _check_conventions(fams: dict[str, Metric], group: str, nodes: tuple[str, ...] = ("n0", "n1", "n2")) -> None:
     ours = [f for f in _families(fams) if f.name.startswith("quorumlog_")]
     assert len(ours) > 40, [f.name for f in ours]
     names = {f.name for f in ours}
@@ -48,7 +49,7 @@ def _check_conventions(fams: dict[str, Metric], group: str) -> None:
         if "bytes" in f.name:
             assert f.name.endswith("_bytes"), f.name  # counters end in _bytes_total
         for s in f.samples:
-            assert s.labels.get("node") in ("n0", "n1", "n2"), (s.name, s.labels)
+            assert s.labels.get("node") in nodes, (s.name, s.labels)
             if f.name not in NODE_ONLY:
                 assert s.labels.get("group") == group, (s.name, s.labels)
             else:
@@ -157,6 +158,58 @@ def test_metrics_follow_prometheus_conventions_and_move(cluster_factory: Any) ->
         assert metric_value(fams, "quorumlog_leader_changes_total", **fl) == seen + 1
         assert metric_value(fams, "quorumlog_elections_total", **fl) == elections + 1
         assert metric_value(fams, "quorumlog_term", **fl) > metric_value(after, "quorumlog_term", **lab)
+
+
+def _membership(node: Any) -> tuple[float, float, float] | None:
+    """(voters, learners, change pending) of group g0 in `node`'s /metrics; None while it does not answer."""
+    try:
+        fams = scrape(node.admin_url)
+    except OSError:  # (restarting: its admin port is not up yet)
+        return None
+    lab = {"node": node.node_id, "group": "g0"}
+    return (metric_value(fams, "quorumlog_members", **lab, role="voter"),
+            metric_value(fams, "quorumlog_members", **lab, role="learner"),
+            metric_value(fams, "quorumlog_member_change_pending", **lab))
+
+
+def test_membership_metrics_count_a_change_once_appended_and_say_while_it_is_pending(cluster_factory: Any) -> None:
+    """quorumlog_members counts the configuration a node follows, which is in force once its CONFIG entry is
+    appended: with both followers down, the leader's "add learner n3" cannot commit, yet the leader counts
+    the learner at once, and quorumlog_member_change_pending is 1 until the followers are back and the change
+    committed. Then the learner's promotion: four voters on every node, the new one included."""
+    # Without check-quorum the leader keeps leading, and the change stays asked of it, while its followers are down.
+    cluster = cluster_factory(nodes=4, spares=1, raft={**FAST_RAFT, "check_quorum": False})
+    spare = cluster.nodes[3]
+    with Client(",".join(n.address for n in cluster.members), group="g0", retry_timeout=60) as c:
+        c.append(b"first")
+        # (the follower answering may not know the leader yet)
+        leader = wait_until(lambda: c.metadata(with_nodes=False).leader, 10, "the leader")
+        lnode = next(n for n in cluster.nodes if n.node_id == leader)
+        assert _membership(lnode) == (3, 0, 0)
+        # A spare (join = true) takes the others for voters and itself for a learner until a change names it.
+        assert wait_until(lambda: _membership(spare), 20, "the spare's metrics") == (3, 1, 0)
+        followers = [i for i, n in enumerate(cluster.members) if n.node_id != leader]
+        for i in followers:
+            cluster.kill(i)
+        with ThreadPoolExecutor(1) as pool:
+            asked = pool.submit(c.add_member, "n3", spare.address, learner=True, timeout=60)
+            wait_until(lambda: _membership(lnode) == (3, 1, 1), 20, "the learner counted while its change is pending")
+            assert not asked.done()  # answered only once committed
+            for i in followers:
+                cluster.start(i)
+            added = asked.result(90)
+        assert added.voters == ["n0", "n1", "n2"] and added.learners == ["n3"]
+        wait_until(lambda: all(_membership(n) == (3, 1, 0) for n in cluster.nodes), 30,
+                   "every node following the committed change")
+        grown = c.promote_member("n3", timeout=60)
+        assert grown.voters == ["n0", "n1", "n2", "n3"] and grown.learners == []
+        wait_until(lambda: all(_membership(n) == (4, 0, 0) for n in cluster.nodes), 30,
+                   "every node counting four voters")
+        leader = wait_until(lambda: c.metadata(with_nodes=False).leader, 10, "the leader")
+        fams = scrape(next(n for n in cluster.nodes if n.node_id == leader).admin_url)
+        _check_conventions(fams, "g0", ("n0", "n1", "n2", "n3"))
+        for peer in sorted({"n0", "n1", "n2", "n3"} - {leader}):  # the new voter among the leader's peers
+            assert metric_value(fams, "quorumlog_peer_lag_entries", node=leader, group="g0", peer=peer) >= 0
 
 
 def test_metrics_negotiate_openmetrics(cluster_factory: Any) -> None:

@@ -13,7 +13,7 @@ import os
 import shutil
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
@@ -201,6 +201,17 @@ def _disk(node: NodeServer, nl: list[str]) -> Iterator[Metric]:
         yield g
 
 
+def _members(f: _Families, voters: Collection[str], learners: Collection[str],
+             configs: Sequence[tuple[int, int, bytes]], committed: int) -> None:
+    """A Raft group's configuration as this node follows it (raft/reconfig.py: the last CONFIG entry in its
+    log, in force once appended; the configured members while the log holds none)."""
+    for role, ids in (("voter", voters), ("learner", learners)):
+        f.gauge("quorumlog_members", "members of the Raft group's configuration this node follows (the last "
+                "CONFIG entry in its log, committed or not), by role", len(ids), role=role)
+    f.gauge("quorumlog_member_change_pending", "1 while the last CONFIG entry in this node's log of the Raft "
+            "group is not committed (a membership change under way)", int(bool(configs) and configs[-1][0] > committed))
+
+
 def _one_group(f: _Families, g: Group) -> None:
     """Group `g`'s samples."""
     st, s, core = g.stats, g.store, g.node
@@ -271,6 +282,9 @@ def _one_group(f: _Families, g: Group) -> None:
                         "leader reports it)", match, peer=p)
                 f.gauge("quorumlog_peer_lag_entries", "entries the peer is behind the leader's end (only the "
                         "leader reports it)", max(0, s.end_index - match), peer=p)
+    raft = g.raft_node
+    if raft is not None:
+        _members(f, raft.member.config.voters, raft.member.config.learners, s.configs, s.committed_index)
     ha = g.ha_node
     if ha is not None:
         f.gauge("quorumlog_ha_epoch", "primary/backup: the epoch this node follows or leads", ha.epoch)

@@ -15,6 +15,7 @@ from ..events import KINDS
 MAX_TEXT = 300  # events' text (a node cuts its own; a member's is cut again here)
 MAX_EVENTS = 500  # of one member's document
 MAX_BUCKETS = 64
+MAX_MEMBERS = 64  # of one group's configuration
 
 Hist = tuple[tuple[float, ...], tuple[int, ...]]  # (bucket bounds, counts: one more than bounds)
 
@@ -37,6 +38,12 @@ class GroupDoc:
     entries_in: int = 0
     bytes_in: int = 0
     hists: dict[str, Hist] = field(default_factory=dict)  # fsync, commit
+    # A Raft group's configuration as this member follows it (the last CONFIG entry in its log, in force
+    # once appended; server/members.py): None when the document has none (primary/backup, another version).
+    voters: tuple[str, ...] | None = None
+    learners: tuple[str, ...] = ()
+    change_pending: bool = False  # that CONFIG entry is not committed yet
+    change_asked: int | None = None  # (a leader) the index of the change it was asked for and has not answered
 
 
 @dataclass
@@ -79,6 +86,13 @@ def _group(name: str, node: str, g: Mapping[str, Any]) -> GroupDoc:
         h = _hist(stats.get(stat))
         if h is not None:
             out.hists[key] = h
+    config = _map(g.get("config"))
+    voters, learners = _ids(config.get("voters")), _ids(config.get("learners"))
+    if voters and learners is not None:  # (a configuration has a voter; a member is never both)
+        out.voters, out.learners = voters, tuple(n for n in learners if n not in voters)
+        out.change_pending = g.get("change_pending") is True
+        asked = _int(g.get("change_asked"))
+        out.change_asked = asked if asked is not None and asked >= 0 else None
     return out
 
 
@@ -101,6 +115,13 @@ def _hist(v: Any) -> Hist | None:
     if not all(_num(b) is not None for b in bounds) or not all(type(c) is int and c >= 0 for c in counts):
         return None
     return tuple(float(b) for b in bounds), tuple(counts)
+
+
+def _ids(v: Any) -> tuple[str, ...] | None:
+    """Member ids, sorted and each once; None unless a list of non-empty strings."""
+    if not isinstance(v, list | tuple) or not all(isinstance(n, str) and 0 < len(n) <= MAX_TEXT for n in v):
+        return None
+    return tuple(sorted(set(v)))[:MAX_MEMBERS]
 
 
 def _map(v: Any) -> dict[str, Any]:

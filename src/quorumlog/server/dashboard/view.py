@@ -7,6 +7,12 @@ with this node's certificate). A member that is not connected, refuses, or does 
 STATUS_TIMEOUT_S is shown as down for that poll; it never holds the others up. Pages polling at the
 same time share one round of requests. The connections are closed once no page has asked for a while.
 
+The members are those of this node's groups as it follows them: a Raft group's come from the
+configuration in its log (server/members.py), so a member added is asked from then on, at the address the
+change gave it, a member moved is asked at its new address, and a member removed is no longer shown. Each
+Raft group's replicas are its configuration's voters and learners (the leader's view first), learners
+marked, with a change whose CONFIG entry is not committed yet shown as pending.
+
 Everything a member sends is checked for its type before use (docs.py): a member running another
 version, or a broken one, shows as such instead of breaking the page.
 """
@@ -45,12 +51,14 @@ class ClusterView:
     def __init__(self, node: NodeServer) -> None:
         self.node = node
         self.history = History()
-        self._endpoints: dict[str, Endpoint] = {}
+        self._endpoints: dict[str, tuple[str, Endpoint]] = {}  # member -> (the address it was made for, it)
+        self._addresses: dict[str, str] = {}  # the members of the last round, at their addresses
         self._last: dict[str, Any] | None = None
         self._last_at = 0.0
         self._round: asyncio.Future[dict[str, Any]] | None = None
         self._idle: asyncio.TimerHandle | None = None
         self._closing: asyncio.Task[None] | None = None
+        self._closing_eps: set[asyncio.Future[None]] = set()  # endpoints of members that moved, closing
         self._known: dict[str, NodeDoc] = {}  # each member's last good status (its events once it is down)
         self._up: dict[str, bool] = {}
         self._view_events: deque[dict[str, Any]] = deque(maxlen=VIEW_EVENTS)
@@ -74,9 +82,22 @@ class ClusterView:
             self._last = fut.result()
             self._last_at = asyncio.get_running_loop().time()
 
+    def _members(self) -> dict[str, str]:
+        """Whom to ask, at which address: the members of this node's groups as it follows them (a Raft
+        group's configuration, from its log), and this node."""
+        node = self.node
+        out: dict[str, str] = {}
+        for g in node.groups.values():
+            out.update(g.peers)
+        if not out:  # (no group open yet)
+            out = dict(node.peer_addresses)
+        out.setdefault(node.node_id, node.peer_addresses.get(node.node_id, ""))
+        return out
+
     async def _collect(self) -> dict[str, Any]:
         node = self.node
-        members = sorted(node.peer_addresses)
+        self._addresses = self._members()
+        members = sorted(self._addresses)
         others = [m for m in members if m != node.node_id]
         answers = await asyncio.gather(*(self._fetch(m) for m in others))
         docs: dict[str, NodeDoc] = {node.node_id: parse_status(node.node_id, node.status())}
@@ -104,10 +125,16 @@ class ClusterView:
         return doc, None
 
     def _endpoint(self, member: str) -> Endpoint:
-        ep = self._endpoints.get(member)
-        if ep is None:
+        address = self._address(member)
+        known = self._endpoints.get(member)
+        if known is not None and known[0] != address:  # the member moved (a membership change's set-address)
+            del self._endpoints[member]
+            self._closing_eps.add(task := asyncio.ensure_future(known[1].close()))
+            task.add_done_callback(self._closing_eps.discard)
+            known = None
+        if known is None:
             cfg = self.node.cfg
-            host, port = split_address(self.node.peer_addresses[member])
+            host, port = split_address(address)
             # The node's own identity and credentials: with mutual TLS its certificate names it.
             ep = Endpoint(host, port, cluster=cfg.cluster, node_id=self.node.node_id, secret=cfg.secret,
                           max_frame_bytes=cfg.max_frame_bytes, connect_timeout=STATUS_TIMEOUT_S,
@@ -117,9 +144,13 @@ class ClusterView:
                 from ...tls import client_context
 
                 ep.use_tls(client_context(cfg.tls_ca or "", cfg.tls_cert, cfg.tls_key), expect_identity=member)
-            self._endpoints[member] = ep
+            self._endpoints[member] = (address, ep)
             ep.start()
-        return ep
+            return ep
+        return known[1]
+
+    def _address(self, member: str) -> str:
+        return self._addresses.get(member) or self.node.peer_addresses.get(member, "")
 
     def _touch(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._idle is not None:
@@ -131,7 +162,7 @@ class ClusterView:
         self._closing = asyncio.ensure_future(self._close_endpoints())
 
     async def _close_endpoints(self) -> None:
-        eps, self._endpoints = list(self._endpoints.values()), {}
+        eps, self._endpoints = [ep for _address, ep in self._endpoints.values()], {}
         for ep in eps:
             with contextlib.suppress(Exception):
                 await ep.close()
@@ -171,7 +202,7 @@ class ClusterView:
         nodes = []
         for m in members:
             doc = docs.get(m)
-            entry: dict[str, Any] = {"id": m, "address": self.node.peer_addresses[m], "self": m == self.node.node_id,
+            entry: dict[str, Any] = {"id": m, "address": self._address(m), "self": m == self.node.node_id,
                                      "up": doc is not None, "error": errors.get(m)}
             if doc is not None:
                 series = hist.node(m)
@@ -194,19 +225,30 @@ class ClusterView:
         return list(names)
 
     def _group(self, name: str, members: list[str], docs: dict[str, NodeDoc]) -> dict[str, Any]:
-        cfg = next((g for g in self.node.cfg.groups if g.name == name), None)
-        # Its members as this node's config has them (a group it does not host: every node answering).
-        own = list(cfg.peers) if cfg is not None else [m for m in members if m in docs and name in docs[m].groups]
-        here = {m: docs[m].groups[name] for m in own if m in docs and name in docs[m].groups}
-        leaders = [g for g in here.values() if g.role == "leader"]
+        hosting = {m: d.groups[name] for m, d in docs.items() if name in d.groups}
+        leaders = [g for g in hosting.values() if g.role == "leader"]
         leader = max(leaders, key=lambda g: g.term) if leaders else None
+        # A Raft group's members are those of its configuration: the leader's, else this node's, else any
+        # member's (each follows the last CONFIG entry in its log, which the leader has first).
+        shown = next((g for g in (leader, hosting.get(self.node.node_id), *hosting.values())
+                      if g is not None and g.voters is not None), None)
+        cfg = next((g for g in self.node.cfg.groups if g.name == name), None)
+        if shown is not None:
+            assert shown.voters is not None
+            own = [*shown.voters, *shown.learners]
+            if leader is not None and leader.node not in own:
+                own.append(leader.node)  # it leads until its own removal commits
+        else:  # as this node's config has them (a group it does not host: every node answering)
+            own = list(cfg.peers) if cfg is not None else [m for m in members if m in hosting]
+        learners = set(shown.learners) if shown is not None else set()
+        here = {m: hosting[m] for m in own if m in hosting}
         replicas = []
         for m in sorted(own):
             g = here.get(m)
             if g is None:  # down, or up without this group (its config differs)
-                replicas.append({"node": m, "up": m in docs, "missing": m in docs})
+                replicas.append({"node": m, "up": m in docs, "missing": m in docs, "learner": m in learners})
                 continue
-            replicas.append(self._replica(m, g, leader, docs[m].uptime_s))
+            replicas.append({**self._replica(m, g, leader, docs[m].uptime_s), "learner": m in learners})
         hist = self.history
         rates: dict[str, float | None] = {"entries_s": None, "bytes_s": None}
         if leader is not None:
@@ -215,7 +257,11 @@ class ClusterView:
         return {"name": name, "replication": next((g.replication for g in here.values()), "raft"),
                 "leader": leader.node if leader is not None else None,
                 "term": max((g.term for g in here.values()), default=None), **rates,
-                "spark": hist.group_point(name, rates), "replicas": replicas}
+                "spark": hist.group_point(name, rates), "replicas": replicas,
+                "voters": list(shown.voters) if shown is not None and shown.voters is not None else None,
+                "learners": sorted(learners),
+                "change_pending": shown is not None and shown.change_pending,
+                "change_asked": shown.change_asked if shown is not None else None}
 
     def _replica(self, m: str, g: GroupDoc, leader: GroupDoc | None, uptime_s: float) -> dict[str, Any]:
         series = self.history.replica(m, g.name)

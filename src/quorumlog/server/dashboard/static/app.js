@@ -9,7 +9,7 @@ const POLL_MS = 1000;
 const TOKEN_KEY = "quorumlog.admin-token";
 const FETCH_TIMEOUT_MS = 5000;
 const EVENT_ROWS = 60;
-const KINDS = ["election", "transfer", "recovery", "reset", "refusal", "node"];
+const KINDS = ["election", "transfer", "recovery", "reset", "refusal", "members", "node"];
 const SVG = "http://www.w3.org/2000/svg";
 
 let eventFilter = "all";
@@ -174,21 +174,28 @@ function rateBlock(label, value, spark, kind, fmt) {
 const COLUMNS = ["node", "role", "term", "begin", "end", "committed", "durable", "lag", "pending",
   "appends/s", "bytes/s", "fsync p50 / p99", "commit p50 / p99"];
 
+function learnerBadge(r) {
+  // a Raft learner: it receives the log, but neither votes nor counts towards a commit
+  return r.learner ? el("span", { class: "badge learner", title: "receives the log; no vote, not counted "
+    + "for commits (promoted to voter once caught up)" }, "learner") : null;
+}
+
 function replicaRow(g, r) {
+  const learner = r.learner ? "true" : "false";
   if (!r.up || r.missing) {
     const text = r.up ? "up, but does not host this group (check its config)" : "down";
     return el("tr", { "data-node": r.node, "data-group": g.name, "data-state": r.up ? "missing" : "down",
-      "data-role": "none" },
-      el("td", {}, r.node), el("td", { colspan: COLUMNS.length - 1 }, text));
+      "data-role": "none", "data-learner": learner },
+      el("td", {}, r.node, learnerBadge(r)), el("td", { colspan: COLUMNS.length - 1 }, text));
   }
   const role = r.role || "unknown";
   const isLeader = role === "leader";
   const pb = g.replication === "primary-backup";
   const shown = pb && role === "leader" ? "primary" : pb && role === "follower" ? "backup" : role;
   return el("tr", { "data-node": r.node, "data-group": g.name, "data-state": "up", "data-role": role,
-    "data-lagging": r.lagging ? "true" : "false" },
+    "data-lagging": r.lagging ? "true" : "false", "data-learner": learner },
     el("td", {}, isLeader ? el("span", { class: "crown" }, "★ ") : null, r.node),
-    el("td", {}, el("span", { class: "role " + role }, shown),
+    el("td", {}, el("span", { class: "role " + role }, shown), learnerBadge(r),
       r.recovering ? el("span", { class: "badge" }, "recovering") : null,
       r.lagging ? el("span", { class: "badge" }, "lagging") : null),
     el("td", {}, num(r.term)),
@@ -204,6 +211,15 @@ function replicaRow(g, r) {
     el("td", {}, pair(r.commit_s)));
 }
 
+function membersInfo(g) {
+  // a Raft group's configuration, as its leader (else the serving node) follows it
+  if (!Array.isArray(g.voters)) return null;
+  const learners = g.learners || [];
+  return el("span", { class: "info members" }, "voters ", el("b", {}, String(g.voters.length)),
+    learners.length ? " · learners " : null,
+    learners.length ? el("b", { class: "learners" }, learners.join(", ")) : null);
+}
+
 function renderGroups(doc) {
   const panels = doc.groups.map((g) => {
     const spark = g.spark || {};
@@ -215,12 +231,20 @@ function renderGroups(doc) {
         ? el("span", { class: "info" }, pb ? "primary " : "leader ", el("b", { class: "crown" }, "★ " + g.leader))
         : el("span", { class: "noleader" }, pb ? "no primary" : "no leader"),
       el("span", { class: "info" }, pb ? "epoch " : "term ", el("b", {}, num(g.term))),
+      membersInfo(g),
+      g.change_pending
+        ? el("span", { class: "pending", title: "the last CONFIG entry is not committed yet: the change is in "
+          + "force on the members that hold it, and the leader takes no other until it commits" },
+          "membership change pending" + (g.change_asked !== null && g.change_asked !== undefined
+            ? " (entry " + num(g.change_asked) + ")" : ""))
+        : null,
       rateBlock("appends/s", g.entries_s, spark.entries_s, "entries", rate),
       rateBlock("appended", g.bytes_s, spark.bytes_s, "bytes", perSecond));
     const table = el("table", {},
       el("thead", {}, el("tr", {}, ...COLUMNS.map((c) => el("th", {}, c)))),
       el("tbody", {}, ...g.replicas.map((r) => replicaRow(g, r))));
-    return el("section", { class: "panel group", "data-group": g.name, "data-leader": g.leader || "" }, head, table);
+    return el("section", { class: "panel group", "data-group": g.name, "data-leader": g.leader || "",
+      "data-change-pending": g.change_pending ? "true" : "false" }, head, table);
   });
   document.getElementById("groups").replaceChildren(...panels);
 }
