@@ -237,14 +237,14 @@ def test_admin_status_and_metrics(cluster_factory: Any) -> None:
     assert metric_value(fams, "quorumlog_loop_lag_seconds_count", node=leader) > 10
 
 
-def _free_range() -> int:
-    """A base port P with P..P+2 and P+100..P+102 free right now (local-cluster's layout)."""
+def free_range(n: int = 3) -> int:
+    """A base port P with P..P+n-1 and P+100..P+100+n-1 free right now (local-cluster's layout)."""
     for _ in range(50):
         base = free_ports(1)[0]
-        if base + 102 > 65535:
+        if base + 100 + n > 65535:
             continue
         try:
-            for port in (base, base + 1, base + 2, base + 100, base + 101, base + 102):
+            for port in [*range(base, base + n), *range(base + 100, base + 100 + n)]:
                 with socket.socket() as s:
                     s.bind(("127.0.0.1", port))
         except OSError:
@@ -253,25 +253,32 @@ def _free_range() -> int:
     pytest.skip("no free port range for local-cluster")
 
 
+def read_banner(proc: subprocess.Popen[str]) -> list[str]:
+    """local-cluster's lines up to "Ctrl-C stops every node." (or its end; bounded by 30 s)."""
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line.rstrip("\n"))
+        if line.startswith("Ctrl-C stops every node."):
+            break
+    return lines
+
+
 def test_local_cluster_starts_and_stops_cleanly(tmp_path: Path) -> None:
     """The banner comes once every node listens (a read run as soon as it shows finds them), in whole lines
     when the output is not a terminal, with the two export lines the command line needs."""
-    base = _free_range()
+    base = free_range()
     data = tmp_path / "a-data-directory-whose-path-is-long-enough-to-wrap-a-banner-line-at-eighty-columns"
     proc = subprocess.Popen([*QL, "local-cluster", "--nodes", "3", "--groups", "2", "--data-dir", str(data),
                              "--base-port", str(base)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     lines: list[str] = []
     try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line.rstrip("\n"))
-            if line.startswith("Ctrl-C stops every node."):
-                break
+        lines = read_banner(proc)
         if "port" in "".join(lines) and "not free" in "".join(lines):
             pytest.skip("the port range was taken")
         # Every node listens when the banner shows: a read at once finds them (it once failed, refused).

@@ -11,10 +11,8 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from quorumlog.client import AsyncClient, Client
 from quorumlog.server.cluster import LocalCluster, free_ports
 
 from .conftest import committed_entries, make_leader, wait_until
+from .test_server_cli import free_range, read_banner
 
 QL = [sys.executable, "-m", "quorumlog"]
 
@@ -199,39 +198,17 @@ def test_force_recover_makes_the_last_node_a_group_of_one(cluster_factory: Any) 
     assert [b for _, b in asyncio.run(committed_entries(n1.address))] == [*bodies, b"after-recovery"]
 
 
-def _free_range(n: int) -> int:
-    """A base port P with P..P+n-1 and P+100..P+100+n-1 free right now (local-cluster's layout)."""
-    for _ in range(50):
-        base = free_ports(1)[0]
-        if base + 100 + n > 65535:
-            continue
-        try:
-            for port in [*range(base, base + n), *range(base + 100, base + 100 + n)]:
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    pytest.skip("no free port range for local-cluster")
 
 
 def test_local_cluster_starts_spares_and_says_how_to_add_one(tmp_path: Path) -> None:
-    base = _free_range(4)
+    base = free_range(4)
     data = tmp_path / "data"
     proc = subprocess.Popen([*QL, "local-cluster", "--nodes", "3", "--spares", "1", "--data-dir", str(data),
                              "--base-port", str(base)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     lines: list[str] = []
     try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line.rstrip("\n"))
-            if line.startswith("Ctrl-C stops every node."):
-                break
+        lines = read_banner(proc)
         if "not free" in "".join(lines):
             pytest.skip("the port range was taken")
         spare = f"127.0.0.1:{base + 3}"

@@ -55,14 +55,21 @@ def _encode(fields: dict[str, object]) -> bytes:
     return (text + f"crc={zlib.crc32(text.encode())}\n").encode()
 
 
-def _decode(path: str) -> dict[str, str] | None:
+def read_if_present(path: str) -> bytes | None:
+    """The bytes of the file at `path`; None when there is none (StoreError when it cannot be read)."""
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            return f.read()
     except FileNotFoundError:
         return None
     except OSError as e:
         raise StoreError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _decode(path: str) -> dict[str, str] | None:
+    raw = read_if_present(path)
+    if raw is None:
+        return None
     try:
         text = raw.decode()
         body, _, last = text.rstrip("\n").rpartition("\n")

@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import msgpack
 
 from ..entry import HEADER_SIZE, MAGIC_CONFIG
-from ..errors import CorruptEntryError, InvalidArgumentError, StoreError, StoreStateError
-from .checkpoint import move_aside
+from ..errors import CorruptEntryError, InvalidArgumentError, StoreStateError
+from .checkpoint import move_aside, read_if_present
 from .vfs import OsFiles
 
 Config = tuple[int, int, bytes]  # (index, term, body) of a CONFIG entry
@@ -197,14 +197,8 @@ def read_configs(directory: str) -> tuple[Config, ...] | None:
     """The entries of `directory`/configs; None when there is no such file (a store that never held a
     CONFIG entry, or one written before stores tracked them)."""
     path = os.path.join(directory, FILE)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise StoreError(f"cannot read {path}: {e.strerror}") from None
-    return decode_configs(raw, path)
+    raw = read_if_present(path)
+    return None if raw is None else decode_configs(raw, path)
 
 
 def write_configs(files: OsFiles, directory: str, entries: Sequence[Config]) -> None:
