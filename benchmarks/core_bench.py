@@ -47,6 +47,7 @@ class CountingStore:
         self.write_pos = 0
         self.damage: Damage | None = None
         self.recovering = False
+        self.configs: tuple[tuple[int, int, bytes], ...] = ()  # (no membership change in a benchmark)
         self._vote: tuple[int, str | None] = (0, None)
 
     @property
