@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_server_cli import _free_range
+from .test_server_cli import free_range
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 BASE = 9000  # the README's --base-port: node i at BASE+i, its admin port at BASE+100+i
@@ -160,7 +160,7 @@ def start_cluster(block: str, place: Place) -> tuple[LocalClusterCommand, Comman
 def test_the_readme_quick_start_runs_as_written(tmp_path: Path) -> None:
     """"A local cluster": the banner as shown, every command of the other shell with what it prints (bench
     included: it starts a cluster of its own), then "The client"'s example against the same cluster."""
-    place = Place("/tmp/qc", tmp_path / "qc", _free_range())
+    place = Place("/tmp/qc", tmp_path / "qc", free_range())
     first, rest = blocks(section("A local cluster"))
     cluster, cmd = start_cluster(first, place)
     try:
@@ -200,7 +200,7 @@ def test_the_readme_primary_backup_session_runs_as_written(tmp_path: Path) -> No
     """"Primary/backup replication": local-cluster with a controller, then the other shell's commands (with
     the banner's export lines pasted first: the session's port is not the default here), status showing
     primaries and backups as said."""
-    place = Place("/tmp/qpb", tmp_path / "qpb", _free_range())
+    place = Place("/tmp/qpb", tmp_path / "qpb", free_range())
     (block,) = blocks(section("Primary/backup replication"))
     commands = session(block)
     cluster, _cmd = start_cluster(f"$ {commands[0].line}", place)

@@ -17,7 +17,7 @@ from quorumlog.config import StoreConfig
 from quorumlog.store.file_store import FileStore
 
 from .conftest import SMALL_STORE
-from .test_server_cli import QL, _free_range
+from .test_server_cli import QL, free_range
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -71,7 +71,7 @@ class Terminal:
 
 
 def test_local_cluster_shows_each_node_up_and_each_leader(tmp_path: Path) -> None:
-    base = _free_range()
+    base = free_range()
     t = Terminal("local-cluster", "--nodes", "3", "--groups", "2", "--data-dir", str(tmp_path), "--base-port",
                  str(base))
     try:
