@@ -322,3 +322,32 @@ def test_memory_store_lose_from_reports_and_heals_like_the_file_store() -> None:
     assert s.damage is not None
     s.append_encoded(leader.read_raw(8, 2, 1 << 20)[0])
     assert s.damage is None and s.committed_index == 7
+
+
+def test_a_torn_entry_past_a_roll_is_cut_back_to_where_a_replica_would_write(tmp_path: Path) -> None:
+    """An entry that did not fit its segment was written in the next, after a blank; torn, it is cut, and
+    the log's end goes back before the blank: the next entry lands where a replica that never had the torn
+    one puts it (a leader's positions are checked by its followers), not at the next segment's start."""
+    seg = CFG.data_segment_bytes
+    fs = FileStore(str(tmp_path), CFG)
+    for _ in range(4):
+        fs.append([b"a" * 4000], 1)
+    fs.flush()
+    end = fs.write_pos
+    rolled = fs.append([b"b" * 4000], 1).positions[0]
+    assert rolled == seg  # (did not fit: a blank, then the next segment)
+    fs.abandon()
+    with open(os.path.join(str(tmp_path), "data", f"{seg:020d}"), "r+b") as f:
+        f.seek(20)
+        f.write(b"\xa5\x5a\xa5\x5a")  # torn
+    fs = FileStore(str(tmp_path), CFG)
+    replica = MemoryStore(CFG)
+    for _ in range(4):
+        replica.append([b"a" * 4000], 1)
+    assert fs.end_index == 3 and fs.write_pos == end == replica.write_pos
+    assert fs.append([b"c" * 100], 1).positions == replica.append([b"c" * 100], 1).positions == [end]
+    fs.flush()
+    fs.close()
+    fs = FileStore(str(tmp_path), CFG)
+    assert [e.body for e in fs.read(0, 10, 1 << 20)] == [b"a" * 4000] * 4 + [b"c" * 100]
+    fs.close()

@@ -132,8 +132,10 @@ def _walk(data: SegmentList, index: SegmentList, r: Scan, max_body: int) -> None
             r.next_index += 1
             r.write_pos = h[4] + h[1]
     except WalkError as e:
+        # The log ends after its last good entry, not at the bad one: that may lie past a blank the walk
+        # skipped (a roll to the next segment), and an append must go where any replica would put it (the
+        # leader's positions are checked by its followers). The blank and what follows are cleared.
         r.error, r.dirty_tail = str(e), True
-        r.write_pos = e.pos
 
 
 def judge(directory: str, result: Scan, cp: Checkpoint, repair: bool, notes: list[str]) -> Damage | None:
