@@ -274,16 +274,17 @@ def test_a_member_that_knows_its_epoch_but_no_primary_takes_the_records() -> Non
 
 def test_a_pristine_store_in_a_controlled_group_is_joining_until_the_controller_tells() -> None:
     """A pristine store may be new or a replaced disk: it is held back (recovering, no primary role) until the
-    controller tells, and reported meanwhile as joining, never as recovering: a new group has lost nothing.
-    Told the group exists, it is a replaced disk and recovering for real; damage found later is never joining."""
+    controller tells, and reported meanwhile as joining, never as recovering: nothing is known lost (a member
+    that starts late in a new group and a replaced disk look alike to it and to the controller). Damage found
+    later is recovering, never joining."""
     cfg = HaConfig(replication="primary-backup", primary="a", controller="ctl")
-    new, wiped, damaged = (HaNode(i, GROUP, list(IDS), store(), cfg, RAFT, 0) for i in IDS)
-    assert all(n.recovering and n.joining for n in (new, wiped, damaged))
+    new, late, damaged = (HaNode(i, GROUP, list(IDS), store(), cfg, RAFT, 0) for i in IDS)
+    assert all(n.recovering and n.joining for n in (new, late, damaged))
     assert new.primary_id is None  # the configured primary, withheld
     new.recovered(0)  # the controller found the group new
     assert not new.recovering and not new.joining and new.role == Role.LEADER and not new.confirmed
-    wiped.group_exists = True  # the controller found an election recorded
-    assert wiped.recovering and not wiped.joining
+    late.follow(2, "a", 0)  # the record's primary, of an epoch elected since
+    assert late.recovering and late.joining and not late.caught_up(2, "a")
     damaged._cut_at(0)  # (what report_corruption does on a backup)
     assert damaged.recovering and not damaged.joining
     plain = HaNode("b", GROUP, list(IDS), store(), HaConfig(replication="primary-backup", primary="a"), RAFT, 0)

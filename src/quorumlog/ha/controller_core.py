@@ -229,7 +229,6 @@ class ControllerCore:
         # lacks what it may have acknowledged, whatever the record says (the simulator found it leaving its
         # recovery at once, still recorded in sync, on a cluster its process had bootstrapped).
         new = node.started_pristine and (bool(cnode.stats["bootstrapped_group"]) or group in state.untouched)
-        node.group_exists = not new  # (a pristine store in a group that exists: a replaced disk, recovering)
         if new or (a.primary != me and node.caught_up(a.epoch, a.primary)):
             out.readies.append((group, node.recovered(now)))
             return True

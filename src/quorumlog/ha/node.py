@@ -55,9 +55,6 @@ class HaNode:
         # Recovering only because its store started pristine (not for entries it lost since): the controller
         # may find the whole group new (controller_core.py, _vouched). A cut at damage ends it.
         self.started_pristine = False
-        # The controller found the group not new (an election recorded): a pristine store is then a replaced
-        # one, recovering for real, and no longer `joining`.
-        self.group_exists = False
         if self.epoch == 0:  # a new group: epoch 1 led by the configured primary
             self.epoch, primary = 1, cfg.primary
             if cfg.controller is not None and store.end_index < 0 and store.begin_index <= 0:
@@ -103,10 +100,12 @@ class HaNode:
 
     @property
     def joining(self) -> bool:
-        """A pristine store in a controlled group that the controller has not yet found new or existing: it
-        waits as `recovering` does (what it could have acknowledged is unknown), but nothing is known lost,
-        so the server reports it as joining, as a Raft store's probe is (server/group.py)."""
-        return self.started_pristine and self.store.recovering and not self.group_exists
+        """A pristine store in a controlled group, not yet cleared by the controller: it waits as `recovering`
+        does (what it could have acknowledged is unknown), but nothing is known lost, so the server reports it
+        as joining (server/group.py). Whether the group exists does not change that: a member that starts a
+        moment after the others finds its group touched (a takeover recorded) exactly as a replaced disk
+        does, and a fresh cluster must raise no recovery alert (the controller test's start race found it)."""
+        return self.started_pristine and self.store.recovering
 
     @property
     def recovering(self) -> bool:

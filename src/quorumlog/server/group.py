@@ -209,8 +209,8 @@ class Group:
     @property
     def recovering(self) -> bool:
         """What status, metrics and events report: may lack entries it acknowledged. A primary/backup core
-        holds a pristine store as recovering until the controller tells whether the group is new; that
-        wait is reported as joining, as a Raft store's probe is (a new group never recovers)."""
+        holds a pristine store as recovering until the controller clears it; that wait is reported as
+        joining, as a Raft store's probe is (a new group never recovers)."""
         return self.node.recovering and not self.node.joining
 
     def core_error(self, call: str, e: Exception) -> None:
