@@ -5,12 +5,16 @@ a node left without authentication fails here, not on a production host."""
 from __future__ import annotations
 
 import configparser
+import dataclasses
+import os
 import re
 import secrets
 import shlex
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -125,10 +129,10 @@ def test_the_systemd_unit_runs_the_node_hardened_and_stops_it_gracefully(tmp_pat
         assert cfg.max_connections * 4 <= int(svc["LimitNOFILE"])
 
 
-def configmap_toml(manifest: str) -> str:
-    """The ConfigMap's node.toml: the block scalar under `node.toml: |` (no YAML library needed)."""
+def configmap_file(manifest: str, key: str) -> str:
+    """One of the ConfigMap's files: the block scalar under `<key>: |` (no YAML library needed)."""
     lines = manifest.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.strip() == "node.toml: |") + 1
+    start = next(i for i, line in enumerate(lines) if line.strip() == f"{key}: |") + 1
     indent = len(lines[start]) - len(lines[start].lstrip())
     block = []
     for line in lines[start:]:
@@ -136,6 +140,74 @@ def configmap_toml(manifest: str) -> str:
             break
         block.append(line[indent:])
     return "\n".join(block) + "\n"
+
+
+def configmap_toml(manifest: str) -> str:
+    """The ConfigMap's node.toml."""
+    return configmap_file(manifest, "node.toml")
+
+
+def pod_peers(ordinals: range) -> dict[str, str]:
+    return {f"quorumlog-{n}": f"quorumlog-{n}.quorumlog-peers.quorumlog.svc.cluster.local:9000" for n in ordinals}
+
+
+# A stand-in for the image's `quorumlog`: records the arguments start.sh execs it with, NUL-separated.
+FAKE_QUORUMLOG = '#!/bin/sh\nfor a; do printf \'%s\\0\' "$a"; done >"$ARGV_OUT"\n'
+
+
+class Started(NamedTuple):
+    """What the container's entrypoint (the ConfigMap's start.sh) did in a pod."""
+
+    returncode: int
+    stderr: str
+    argv: list[str] | None  # the arguments of the `quorumlog` it exec'd, with the pod's paths; None: it did not
+    files: dict[str, Path]  # the pod's path of each file the script reads or writes -> the test's stand-in
+
+
+def start_pod(tmp_path: Path, pod: str, *, shell: str = "sh", node_toml: str | None = None,
+              manifest: str | None = None) -> Started:
+    """Run the manifest's start.sh as the pod `pod` would (POD_NAME set), with its config and spare_config
+    paths moved under tmp_path and a stand-in `quorumlog` first on the PATH."""
+    manifest = MANIFEST.read_text() if manifest is None else manifest
+    script = configmap_file(manifest, "start.sh")
+    work = tmp_path / pod
+    (work / "bin").mkdir(parents=True)
+    files: dict[str, Path] = {}
+    for var in ("config", "spare_config"):
+        m = re.search(rf"^{var}=(/\S+)$", script, re.M)
+        assert m, f"start.sh sets no {var}=/path"
+        files[m.group(1)] = work / f"{var}.toml"
+        script = script[:m.start(1)] + str(files[m.group(1)]) + script[m.end(1):]
+    config, _ = files
+    files[config].write_text(configmap_toml(manifest) if node_toml is None else node_toml)
+    fake = work / "bin" / "quorumlog"
+    fake.write_text(FAKE_QUORUMLOG)
+    fake.chmod(0o755)
+    (work / "start.sh").write_text(script)
+    out = work / "argv"
+    env = {"POD_NAME": pod, "ARGV_OUT": str(out), "PATH": f"{work / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    r = subprocess.run([shell, str(work / "start.sh")], env=env, capture_output=True, text=True, timeout=30)
+    argv = None
+    if out.exists():
+        pod_path = {str(local): path for path, local in files.items()}
+        argv = [pod_path.get(a, a) for a in out.read_text().split("\0")[:-1]]
+    return Started(r.returncode, r.stderr, argv, files)
+
+
+def started_config(tmp_path: Path, pod: str, started: Started) -> tuple[NodeConfig, str]:
+    """The node config the pod's `quorumlog serve` runs with (its file, secrets installed, through the CLI's
+    parser), checked against the config loader's reading of the same file; and that file's text."""
+    assert started.returncode == 0, started.stderr
+    assert started.argv is not None
+    argv = started.argv
+    path = argv[argv.index("--config") + 1]
+    text = started.files[path].read_text()
+    d = tmp_path / f"{pod}-installed"
+    d.mkdir()
+    local = installed(text, d)
+    cfg = serve([str(local) if a == path else a for a in argv])
+    assert cfg == load_node_config(local, node_id=pod)
+    return cfg, text
 
 
 def test_the_kubernetes_node_config_serves_every_pod_by_its_name(tmp_path: Path) -> None:
@@ -155,6 +227,67 @@ def test_the_kubernetes_node_config_serves_every_pod_by_its_name(tmp_path: Path)
                                for n in range(3)}
     with pytest.raises(ConfigError, match="not a peer"):
         serve(["serve", "--config", str(local), "--id", "quorumlog-3"])
+
+
+SHELLS = [pytest.param(s, marks=pytest.mark.skipif(not shutil.which(s), reason=f"no {s}")) for s in ("sh", "bash")]
+
+
+@pytest.mark.parametrize("ordinal", range(3))
+def test_the_first_three_pods_start_with_the_configmap_file_as_it_is(tmp_path: Path, ordinal: int) -> None:
+    """quorumlog-0..2 are the groups' members from the start: their entrypoint runs the ConfigMap's
+    node.toml unchanged, the static group of three, none joining."""
+    pod = f"quorumlog-{ordinal}"
+    started = start_pod(tmp_path, pod)
+    config, spare_config = started.files
+    assert started.argv == ["serve", "--config", config, "--id", pod, "--log-level", "INFO"], started.stderr
+    assert not started.files[spare_config].exists()
+    cfg, text = started_config(tmp_path, pod, started)
+    assert text == configmap_toml(MANIFEST.read_text())
+    assert cfg.node_id == pod
+    assert_deployable(cfg)
+    assert [g.name for g in cfg.groups] == ["g0", "g1"]
+    for g in cfg.groups:
+        assert g.peers == pod_peers(range(3))
+        assert g.join is False
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("ordinal", [3, 4])
+def test_a_pod_past_the_third_starts_as_a_spare_that_joins(tmp_path: Path, ordinal: int, shell: str) -> None:
+    """`kubectl scale --replicas=4`: quorumlog-3 runs node.toml with join = true in every group and itself
+    added to the peers (quorumlog-4, after it, names quorumlog-3 too), and nothing else changed; it counts
+    for nothing until `quorumlog members add` names it."""
+    pod = f"quorumlog-{ordinal}"
+    started = start_pod(tmp_path, pod, shell=shell)
+    config, spare_config = started.files
+    assert started.argv == ["serve", "--config", spare_config, "--id", pod, "--log-level", "INFO"], started.stderr
+    assert started.files[config].read_text() == configmap_toml(MANIFEST.read_text())  # read, not written
+    cfg, _ = started_config(tmp_path, pod, started)
+    assert cfg.node_id == pod and cfg.listen == "0.0.0.0:9000"
+    assert_deployable(cfg)
+    static = load_node_config(installed(configmap_toml(MANIFEST.read_text()), tmp_path), node_id="quorumlog-0")
+    assert [g.name for g in cfg.groups] == [g.name for g in static.groups] == ["g0", "g1"]
+    for g, s in zip(cfg.groups, static.groups, strict=True):
+        assert g.join is True
+        assert g.peers == pod_peers(range(ordinal + 1))
+        assert list(g.peers)[:3] == list(s.peers) == list(pod_peers(range(3)))
+        assert dataclasses.replace(g, peers=s.peers, join=False) == s  # raft, store and HA settings as they were
+    assert dataclasses.replace(cfg, node_id=static.node_id, groups=static.groups, secret=static.secret,
+                               admin_token=static.admin_token) == static
+
+
+def test_the_start_script_refuses_what_it_cannot_turn_into_a_spare(tmp_path: Path) -> None:
+    """A pod name without an ordinal, or a group whose peers are not the one-line string it extends, stops
+    the pod with a reason instead of running a node that could never join."""
+    started = start_pod(tmp_path / "a", "quorumlog")
+    assert started.returncode != 0 and started.argv is None
+    assert "ordinal" in started.stderr
+    text = configmap_toml(MANIFEST.read_text())
+    line = next(x for x in text.splitlines() if x.startswith("peers = "))
+    as_table = "peers = { " + ", ".join(f'{k} = "{v}"' for k, v in pod_peers(range(3)).items()) + " }"
+    started = start_pod(tmp_path / "b", "quorumlog-3", node_toml=text.replace(line, as_table, 1))
+    assert started.returncode != 0 and started.argv is None
+    assert "1 of the 2 groups" in started.stderr
 
 
 def test_serve_id_replaces_the_file_id_before_validation(tmp_path: Path) -> None:
@@ -209,14 +342,22 @@ def test_the_kubernetes_manifest_parses_and_holds_the_cluster(tmp_path: Path) ->
     assert tomllib.loads(cm)["secret_file"] == f"{mounts['secret']}/secret"
     assert tomllib.loads(cm)["admin_token_file"] == f"{mounts['secret']}/admin-token"
     assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}["POD_NAME"] == "metadata.name"
-    argv = c["command"][1:] + c["args"]
-    local = installed(cm, tmp_path)
-    assert argv[argv.index("--config") + 1] == f"{mounts['config']}/node.toml"
-    for i in range(3):
-        pod_argv = [a.replace("$(POD_NAME)", f"quorumlog-{i}") for a in argv]
-        cfg = serve([str(local) if a == f"{mounts['config']}/node.toml" else a for a in pod_argv])
-        assert cfg.node_id == f"quorumlog-{i}"
+    # The container runs the ConfigMap's start.sh, which execs `quorumlog serve` with the pod's config:
+    # node.toml from the ConfigMap's mount, or (a spare) its copy on the writable /tmp of a read-only root.
+    data = docs[("ConfigMap", "quorumlog-config")]["data"]
+    assert data["start.sh"] == configmap_file(text, "start.sh")
+    assert c["command"] == ["/bin/sh", f"{mounts['config']}/start.sh"] and not c.get("args")
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "emptyDir" in volumes[next(n for n, m in mounts.items() if m == "/tmp")]
+    for i in range(4):
+        pod = f"quorumlog-{i}"
+        started = start_pod(tmp_path / "pods", pod, manifest=text)
+        config, spare_config = started.files
+        assert config == f"{mounts['config']}/node.toml" and Path(spare_config).parent == Path("/tmp")
+        cfg, _ = started_config(tmp_path, pod, started)
+        assert cfg.node_id == pod
         assert cfg.listen == f"0.0.0.0:{ports['peer']}" and cfg.admin_listen == f"0.0.0.0:{ports['admin']}"
         assert str(cfg.data_dir) == mounts["data"]
         for g in cfg.groups:
+            assert g.join is (i >= spec["replicas"])
             assert g.peers[cfg.node_id] == f"{cfg.node_id}.{spec['serviceName']}.{ns}.svc.cluster.local:{ports['peer']}"
