@@ -22,8 +22,9 @@ RANDOM_ALLOWED = {"Random"}
 # quorumlog's packages a core must not reach: the drivers (network, server, simulator) and the front ends.
 OUTSIDE = {"net", "server", "sim", "client", "cli", "commands", "spark"}
 # Imports between the cores. The controller core (ha/controller_core.py) reads its node's replica of the
-# controller group, a RaftNode: that is the one thing ha/ takes from raft/.
-BETWEEN = {"core": set(), "raft": set(), "ha": {"raft.node"}}
+# controller group, a RaftNode, and the record (ha/record.py) follows that group's configuration (its
+# CONFIG entries): those are the two things ha/ takes from raft/.
+BETWEEN = {"core": set(), "raft": set(), "ha": {"raft.node", "raft.membership"}}
 
 
 def _modules(package: str) -> list[Path]:

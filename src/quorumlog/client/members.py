@@ -78,8 +78,9 @@ class MemberChanges:
         addr = await self._find_leader(loop.time() + self.retry_timeout)
         doc = (await self.node_status(addr))["groups"][self.group]
         cfg = doc.get("config")
-        if cfg is None:
-            return Members(sorted(doc.get("peers", {})), [], dict(doc.get("peers", {})))
+        if cfg is None:  # a primary/backup group: its members follow its controller group's
+            peers = dict(doc.get("peers", {}))
+            return Members(list(doc.get("members") or sorted(peers)), [], peers)
         return Members(list(cfg["voters"]), list(cfg["learners"]), dict(cfg["addresses"]))
 
     async def change_members(self, action: str, node: str, address: str | None = None, *,

@@ -208,8 +208,9 @@ def member_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per member from the leader's status document: id, address, role, leader, match, lag."""
     cfg = doc.get("config")
     peers = dict(doc.get("peers", {}))
-    if cfg is None:  # a primary/backup group: its configured peers, all alike
-        cfg = {"voters": sorted(peers), "learners": [], "addresses": {}}
+    backups = cfg is None  # a primary/backup group: its members (its controller group's), all backups but one
+    if cfg is None:
+        cfg = {"voters": list(doc.get("members") or sorted(peers)), "learners": [], "addresses": {}}
     watermarks = doc.get("peer_watermarks", {})
     lags = doc.get("peer_lag", {})
     leader = doc["node"]
@@ -219,7 +220,7 @@ def member_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append({
             "id": node,
             "address": cfg["addresses"].get(node) or peers.get(node),
-            "role": "voter" if node in cfg["voters"] else "learner",
+            "role": ("primary" if mine else "backup") if backups else "voter" if node in cfg["voters"] else "learner",
             "leader": mine,
             "match_index": doc["end_index"] if mine else watermarks.get(node),
             "lag": 0 if mine else lags.get(node),
@@ -246,7 +247,8 @@ def _list(args: argparse.Namespace) -> int:
     for col in ("member", "address", "role", "match", "lag"):
         table.add_column(col, justify="right" if col in ("match", "lag") else "left", no_wrap=True)
     for r in rows:
-        role = f"[bold green]{r['role']}, leader[/bold green]" if r["leader"] else r["role"]
+        role = f"[bold green]{r['role']}, leader[/bold green]" if r["leader"] and r["role"] != "primary" else \
+            f"[bold green]{r['role']}[/bold green]" if r["leader"] else r["role"]
         table.add_row(r["id"], r["address"] or "-", role, _number(r["match_index"]), _number(r["lag"]))
     table_console().print(table)
     return 0
@@ -356,7 +358,7 @@ def _force_recover(args: argparse.Namespace) -> int:
         # The term first: a crash in between must not leave an entry of a term the node has not entered
         # (it could then still vote in that term).
         store.save_vote(new_term, None)
-        appended = store.append([config.encode()], new_term, MAGIC_CONFIG)
+        appended = store.append([config.encode(store.identity or None)], new_term, MAGIC_CONFIG)
         store.flush()
         store.checkpoint()
         begin, committed = store.begin_index, store.committed_index

@@ -165,6 +165,10 @@ class ControllerCore:
     def _follow_record(self, group: str, node: HaNode, a: Assignment, cnode: RaftNode | None, now: int,
                        out: Actions) -> None:
         me = self.node_id
+        members = self.states[self.managed[group]].members[group]
+        if set(node.members) != members:
+            node.set_members(sorted(members), now)
+            out.notes.append((logging.INFO, f"group {group}: members {', '.join(sorted(members))}"))
         if node.recovering and not self._vouched(group, node, a, cnode, now, out):
             if a.primary != me and node.behind(a.epoch, a.primary):
                 out.readies.append((group, node.follow(a.epoch, a.primary, now)))

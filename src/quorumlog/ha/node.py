@@ -142,6 +142,15 @@ class HaNode:
                 self._start(now_ms, out)
         return out
 
+    def set_members(self, members: Sequence[str], now_ms: int) -> None:
+        """The members the controller's record names (they follow its group's configuration: ha/record.py).
+        A member removed is out of the in-sync set already; this node, removed, keeps its log and serves no
+        primary role (the record never names a non-member primary)."""
+        self.members = list(members)
+        self.isr &= set(members)
+        if self.primary is not None:
+            self.primary.set_members(self.members, now_ms)
+
     def expiry_safe_index(self, now_ms: int, member_timeout_ms: int) -> int:
         """What every member holds (the primary knows); a backup keeps to its commit."""
         committed = self.store.committed_index
@@ -167,7 +176,7 @@ class HaNode:
     def status(self) -> dict[str, object]:
         doc: dict[str, object] = {"replication": self.replication, "ack": self.cfg.ack, "epoch": self.epoch,
                                   "primary": self.primary_id, "confirmed": self.confirmed,
-                                  "last_epoch": self.store.end_term}
+                                  "last_epoch": self.store.end_term, "members": sorted(self.members)}
         if self.store.tail_cut is not None:  # declines elections until caught up (tail_unverified)
             doc["tail_cut"] = self.store.tail_cut
         p = self.primary

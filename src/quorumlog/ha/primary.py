@@ -124,6 +124,21 @@ class Primary:
         self.isr_joining -= self.isr
         self.isr_leaving &= self.isr
 
+    def set_members(self, members: Sequence[str], now: int) -> None:
+        """The group's members changed (the controller's record): stream to a new one from the handshake it
+        sends (it joins the in-sync set once caught up, as any backup); forget one removed (the record took
+        it out of the in-sync set already)."""
+        for m in members:
+            if m != self.node_id and m not in self.backups:
+                self.backups[m] = b = BackupView(m)
+                b.heard_ms = now
+        gone = set(self.backups) - set(members)
+        for m in gone:
+            del self.backups[m]
+        self.isr -= gone
+        self.isr_joining -= gone
+        self.isr_leaving -= gone
+
     def available(self) -> bool:
         return not self.sync or len(self.counted - self.isr_leaving) >= self.cfg.min_in_sync
 

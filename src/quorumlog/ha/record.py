@@ -24,6 +24,13 @@ it sums up; one that lost a race with another entry is ignored by every replica 
 `whole` (it applied every entry from the log's first) replaces its record with the snapshot, which equals
 it; one that is not whole applies nothing until it meets a snapshot, then is whole from there. Expiry keeps
 the last snapshot (`expiry_cap`): every replica's log holds one, or holds everything from index 0.
+
+**Members follow the controller group's configuration.** A primary/backup group has exactly its controller
+group's members, so a change of members is a Raft change of the controller group (a CONFIG entry,
+raft/membership.py): the record applies each committed CONFIG entry in log order, as every replica does,
+and every group it controls then has the configuration's voters and learners as members. A member removed
+leaves every in-sync set (a new version, so a command made from the view before is void); commands naming
+a non-member are refused from there on. Snapshots carry the members.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from typing import Any
 
 import msgpack
 
+from ..entry import MAGIC_CONFIG
+from ..raft.membership import Membership, MembershipError
 from ..store.base import LogStore
 
 PREFIX = b"QLCTL1"
@@ -78,24 +87,26 @@ def encode_election(group: str, a: Assignment, primary: str, isr: set[str]) -> b
     return encode_command(ELECT, group, a.epoch, a.epoch + 1, primary, isr, a.version, TAKES)
 
 
-def _row(group: str, a: Assignment, touched: bool) -> list[Any]:
+def _row(group: str, a: Assignment, touched: bool, members: frozenset[str]) -> list[Any]:
     return [group, a.epoch, a.primary, sorted(a.isr), a.version, a.previous, a.isr_seen, a.hand_off, a.taken,
-            a.holder, touched, sorted(a.holder_isr)]
+            a.holder, touched, sorted(a.holder_isr), sorted(members)]
 
 
-def _assignment(row: list[Any]) -> tuple[str, Assignment, bool] | None:
-    """A snapshot's row back, or None when it has the wrong shape."""
-    if len(row) != 12:
+def _assignment(row: list[Any]) -> tuple[str, Assignment, bool, frozenset[str] | None] | None:
+    """A snapshot's row back (members None in a row written before they were kept), or None when it has the
+    wrong shape."""
+    if len(row) not in (12, 13):
         return None
-    group, epoch, primary, isr, version, previous, isr_seen, hand_off, taken, holder, touched, holder_isr = row
+    group, epoch, primary, isr, version, previous, isr_seen, hand_off, taken, holder, touched, holder_isr = row[:12]
+    members = row[12] if len(row) == 13 else []
     if not (isinstance(group, str) and type(epoch) is int and isinstance(primary, str) and isinstance(isr, list)
-            and all(isinstance(m, str) for m in isr + holder_isr) and type(version) is int
+            and isinstance(holder_isr, list) and isinstance(members, list)
+            and all(isinstance(m, str) for m in isr + holder_isr + members) and type(version) is int
             and isinstance(previous, str) and type(isr_seen) is bool and isinstance(hand_off, str)
-            and type(taken) is bool and isinstance(holder, str) and type(touched) is bool
-            and isinstance(holder_isr, list)):
+            and type(taken) is bool and isinstance(holder, str) and type(touched) is bool):
         return None
     return group, Assignment(epoch, primary, frozenset(isr), version, previous, isr_seen, hand_off, taken,
-                             holder, frozenset(holder_isr)), touched
+                             holder, frozenset(holder_isr)), touched, frozenset(members) if len(row) == 13 else None
 
 
 class ControllerState:
@@ -121,7 +132,8 @@ class ControllerState:
 
     def encode(self) -> bytes:
         """The whole record as one deterministic byte string (a snapshot's payload; replicas compare equal)."""
-        return msgpack.packb([_row(g, self.groups[g], g not in self.untouched) for g in sorted(self.groups)])
+        return msgpack.packb([_row(g, self.groups[g], g not in self.untouched, self.members[g])
+                              for g in sorted(self.groups)])
 
     def snapshot(self) -> bytes:
         """A SNAPSHOT command of the record as applied: valid only as the entry right after `applied`."""
@@ -151,8 +163,33 @@ class ControllerState:
                     g = self.apply(e.body, e.index)
                     if g is not None:
                         changed.add(g)
+                elif e.magic == MAGIC_CONFIG:
+                    changed |= self.apply_config(e.body)
                 start = e.index + 1
         self.applied = start - 1
+        return changed
+
+    def apply_config(self, body: bytes) -> set[str]:
+        """A CONFIG entry of the controller group: its members become every controlled group's; the groups
+        whose record changed (a member removed from an in-sync set)."""
+        if self.whole:
+            self.since_snapshot += 1
+        if not self.whole:
+            return set()
+        try:
+            config = Membership.decode(body)
+        except MembershipError:
+            return set()  # (the Raft core refuses such an entry before it is appended: never met here)
+        members = frozenset(config.members)
+        changed = set()
+        for group, a in self.groups.items():
+            self.members[group] = members
+            gone = (a.isr | a.holder_isr) - members
+            if gone:
+                self.groups[group] = replace(a, isr=a.isr - gone, holder_isr=a.holder_isr - gone,
+                                             version=a.version + 1)
+                self.untouched.discard(group)
+                changed.add(group)
         return changed
 
     def apply(self, body: bytes, index: int = -1) -> str | None:
@@ -209,7 +246,15 @@ class ControllerState:
         if elected:  # (its primary records its takeover: until then the epoch acknowledged nothing)
             # Of an epoch taken, its final in-sync set; else the one before, less the primary replaced (a
             # member elected and lost since is no heir: the set shrinks, never cycles).
-            heirs = cur.isr if cur.taken else cur.holder_isr - {cur.primary}
+            # An epoch taken in which nobody was ever in sync acknowledged only what its primary alone held
+            # (lost with it, whoever is chosen), and its previous primary holds every other entry
+            # (epochs.hand_back_to): that one is the heir, should the primary elected now lose its store
+            # before it takes the epoch (the simulator's seed 500963: a primary re-elected after a restart
+            # lost its disk, and the record named nobody else).
+            if cur.taken:
+                heirs = cur.isr if cur.isr_seen else frozenset({cur.previous}) - {"", cur.primary}
+            else:
+                heirs = cur.holder_isr - {cur.primary}
             a = Assignment(epoch, primary, rest, cur.version + 1, cur.primary, bool(rest), "", False,
                            cur.primary if cur.taken else cur.holder, heirs)
         else:
@@ -229,8 +274,10 @@ class ControllerState:
             return None
         for p in parsed:
             assert p is not None
-            group, a, touched = p
+            group, a, touched, members = p
             self.groups[group] = a
+            if members is not None:
+                self.members[group] = members
             if touched:
                 self.untouched.discard(group)
             else:

@@ -607,7 +607,7 @@ async def connect(host: str, port: int, *, cluster: str, node_id: str = CLIENT_I
                   eager: bool = False) -> Connection:
     """Open a connection and complete HELLO (and AUTH, both ways, when the server wants a proof).
 
-    A node connecting to a peer passes `groups` ({group: members digest}, see hello.py).
+    A node connecting to a peer passes `groups` ({group: group id}, see hello.py; read when the handshake starts).
     With TLS and `expect_identity`, the server's certificate must name that id (tls.py). With
     `expect_node`, the node answering must name that id in HELLO (and prove it, with a secret).
     Raises OSError or ConnectionClosedError when the server cannot be reached, HandshakeError when it

@@ -32,10 +32,11 @@ class Endpoint:
     Back-off doubles from `backoff_initial` to `backoff_max` (with jitter) after each failed attempt
     and starts over once a connection is up. Requests are not retried: a request in flight when the
     connection drops fails with ConnectionClosedError, and the caller decides (an append may not be
-    safe to repeat). A HandshakeError (wrong cluster, version, secret or member list) is raised to
+    safe to repeat). A HandshakeError (wrong cluster, version, secret or group id) is raised to
     waiters at once; the endpoint keeps retrying at `backoff_max` in case the other side is reconfigured,
-    logging each distinct refusal once. A node's link to a peer passes `groups` (see hello.py),
-    `name` (the peer's id, for log lines) and `expect_node` (that id: the node answering must be it).
+    logging each distinct refusal once. A node's link to a peer passes `groups` (see hello.py: read at
+    each connection attempt, so a node keeps it current), `name` (the peer's id, for log lines) and
+    `expect_node` (that id: the node answering must be it).
     """
 
     def __init__(self, host: str, port: int, *, cluster: str, node_id: str = CLIENT_ID,
@@ -69,12 +70,6 @@ class Endpoint:
     def use_tls(self, ctx: ssl_module.SSLContext, expect_identity: str | None = None) -> None:
         """Connect over TLS from now on (before start()); the server's certificate must name `expect_identity`."""
         self._connect_args.update(ssl=ctx, expect_identity=expect_identity)
-
-    def forget_group(self, group: str) -> None:
-        """Name no member digest for `group` at the next HELLOs (its members changed: see server/peers.py)."""
-        groups = self._connect_args.get("groups")
-        if isinstance(groups, dict):
-            groups.pop(group, None)
 
     def __repr__(self) -> str:
         return f"<Endpoint {self.host}:{self.port} {'up' if self.connected else 'down'}>"

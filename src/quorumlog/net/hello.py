@@ -27,9 +27,12 @@ like a known one, an HMAC under a key nobody knows and a constant-time compare, 
 bytes as a wrong proof, so neither the answer nor its timing tells which token names exist. The node's own
 log (Reply.reason) says precisely why.
 
-A node connecting to a peer adds `groups`, {group: members_digest} for each group it hosts; the server
-refuses (METADATA_ERROR) when a group both host has another digest on its side: two nodes with
-different member lists count different majorities and must never talk Raft. Clients send no groups.
+A node connecting to a peer adds `groups`, {group: group id} for each group it hosts (a Raft group's id,
+the one its stores record, raft/reconfig.py; a primary/backup group's members digest); the server
+refuses (METADATA_ERROR) when a group both name has another id on its side: two nodes of two different
+groups of one name, or with different member lists, count different majorities and must never talk
+Raft. A group one side names no id for (a node that joins it and has yet to learn it) is not compared.
+Clients send no groups.
 
 The key is the cluster's shared secret, which peers and clients with every permission know, or a client
 token's own secret: such a client names itself "client:<token>" and gets that token's permissions per
@@ -109,8 +112,8 @@ def mac(secret: str | bytes, role: str, *, version: int, cluster: str, client_id
         client_nonce: bytes, server_nonce: bytes, groups: Mapping[str, str] | None = None) -> bytes:
     """HMAC-SHA256(secret, the length-prefixed fields "quorumlog hello", role, version (u16), cluster, client id,
     server id, client nonce, server nonce[, groups]): each a u32 big-endian length and the bytes (strings
-    UTF-8); `groups`, a peer's {group: members digest}, is one more field of length-prefixed names and
-    digests in name order, absent for a client. `role` is CLIENT_ROLE for the dialler's proof and
+    UTF-8); `groups`, a peer's {group: group id}, is one more field of length-prefixed names and
+    ids in name order, absent for a client. `role` is CLIENT_ROLE for the dialler's proof and
     SERVER_ROLE for the responder's."""
     key = _key(secret)
     if key is None:
@@ -156,7 +159,8 @@ def decode_hello(body: bytes | bytearray | memoryview) -> tuple[int, str, str, d
 
 
 def members_mismatch(peer: str, theirs: Mapping[str, str], me: str, ours: Mapping[str, str]) -> str | None:
-    """The refusal reason when a group both nodes host has different member digests, else None."""
+    """The refusal reason when a group both nodes name has different ids, else None. (The wording, "member
+    list differs", is the one operators and log searches know: a group id is its first members' digest.)"""
     bad = sorted(g for g in theirs.keys() & ours.keys() if theirs[g] != ours[g])
     if not bad:
         return None
@@ -186,7 +190,7 @@ class ServerHandshake:
     """Server side. Feed each request frame with receive(op, body) until state is ESTABLISHED or FAILED.
 
     `versions` are the protocol versions this server speaks; the highest one the client also speaks
-    is chosen (the client proposes its highest). `groups` ({group: members digest}) are compared with a
+    is chosen (the client proposes its highest). `groups` ({group: group id}) are compared with a
     connecting peer's, once it has proved itself. `nonce` makes tests deterministic.
     """
 
@@ -326,7 +330,7 @@ class ClientHandshake:
     it raises HandshakeError (carrying the server's code and reason) on a refusal, and UnverifiedPeerError
     (a HandshakeError) when the other end is not the node it should be: another id than `expect_node`,
     no authentication while this side holds a secret, or a missing or wrong proof. A node connecting to
-    a peer passes `groups`, {group: members digest} of every group it hosts; a client passes none.
+    a peer passes `groups`, {group: group id} of every group it hosts; a client passes none.
     `nonce` makes tests deterministic.
     """
 

@@ -90,7 +90,8 @@ class Elector:
         self.deadline = now + self.election_timeout + self.jitter
         self.deferred = False
 
-    def tick(self, now: int, out: Ready, can_lead: bool, disk_full: bool = False) -> Outcome | None:
+    def tick(self, now: int, out: Ready, can_lead: bool, disk_full: bool = False,
+             wait_longer: bool = False) -> Outcome | None:
         if self.started is None:
             self.started = now
         m = self.member
@@ -108,12 +109,13 @@ class Elector:
             self.reset_timer(now)
             self.stats["campaign_blocked_damaged"] += 1
             return None
-        if disk_full and not self.deferred:
+        if (disk_full or wait_longer) and not self.deferred:
             # A leader needs space for its NOOP and the appends to come: wait one election timeout more,
-            # so a member with space campaigns first (we still vote). If none does, we campaign then.
+            # so a member with space campaigns first (we still vote). If none does, we campaign then. So
+            # does a learner (node.py's can_lead): a voter that can win should.
             self.deferred = True
             self.deadline = now + self.election_timeout
-            self.stats["campaign_deferred_disk_full"] += 1
+            self.stats["campaign_deferred_disk_full" if disk_full else "campaign_deferred_learner"] += 1
             return None
         return _TIMEOUT
 

@@ -11,7 +11,8 @@ tell a wipe from a first start on its own, so before it votes it probes every ot
   have promised matters except votes, and those were for terms no higher than the terms the members
   report. It bootstraps the group, with the highest reported term counted as voted.
 
-Both outcomes record the group's identity in the store, so later restarts skip the probe. The probe's
+Either outcome is recorded in the store (the group id, or a term voted in while the id is yet to come
+from a CONFIG entry: reconfig.py), so later restarts skip the probe. The probe's
 nonce is drawn once per process start: an answer given before this start proves nothing.
 """
 

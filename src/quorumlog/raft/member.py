@@ -18,15 +18,19 @@ ABSTAINED = "*"
 def members_digest(group: str, members: Iterable[str]) -> str:
     """A short digest naming a group and its member ids; equal on every correctly configured node.
 
-    Stores record it as their group identity, and peers compare it at HELLO, so two nodes configured
-    with different member lists (and so different majorities) never talk Raft to each other."""
+    The id of a group bootstrapped from its configured members (its group id): every founding member
+    computes the same value without a message. Stores record it as their identity, CONFIG entries carry
+    it, and peers compare it at HELLO, so two nodes configured with different member lists (and so
+    different majorities) never talk Raft to each other. It never changes after, whatever the members
+    become: a node that joins the group later takes it from a CONFIG entry (node.py)."""
     text = "\n".join([group, *sorted(set(members))])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def checked_identity(store: LogStore, group: str, members: list[str]) -> str:
-    """The group's identity (`members_digest`), refused if the store recorded another: every node must
-    list the same members. A store written before identities existed records it now."""
+    """The id of a group bootstrapped from `members` (`members_digest`), refused if the store recorded
+    another: every founding member must list the same members. A store written before identities existed
+    records it now."""
     identity = members_digest(group, members)
     recorded = store.identity
     if recorded:
@@ -37,6 +41,15 @@ def checked_identity(store: LogStore, group: str, members: list[str]) -> str:
     elif recorded is not None:
         store.set_identity(identity)
     return identity
+
+
+def group_id_conflict(group: str, recorded: str, carried: str, where: str) -> ConfigError:
+    """The error of a store that recorded one group id and holds (or was sent) a CONFIG entry carrying
+    another: its log and a leader's are two different groups of the same name."""
+    return ConfigError(f"the store of group {group} records group id {recorded}, but {where} carries group id "
+                       f"{carried}: two different groups of the same name (a node configured for another "
+                       "cluster's group, or a store copied from one). This store takes no part in that group; "
+                       "move it aside (and start the node with join = true to join the group afresh)")
 
 
 class MemberState:
@@ -57,7 +70,7 @@ class MemberState:
         members = sorted(set(peers) | {node_id})
         self.node_id = node_id
         self.group = group
-        self.static_members = members  # the configured list: the store's identity
+        self.static_members = members  # the configured list (of a founding member: the group id's)
         others = [m for m in members if m != node_id]
         self.bootstrap = Membership.of(others, [node_id]) if joining and others else Membership.of(members)
         self._store = store

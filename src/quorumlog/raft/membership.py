@@ -8,19 +8,28 @@ as soon as its entry is in a node's log, committed or not; cutting the entry awa
 
 Learners receive the log and count for nothing: they neither vote nor count towards a commit, and never
 campaign. A voter joins only by promotion of a learner that has caught up.
+
+A CONFIG entry also carries the group id (the identity its stores record, named at HELLO: raft/member.py),
+so that a node that joins the group learns it from the entry that adds it. The id is not part of the
+configuration (`Membership`): `encode` takes it and `decode_with_id` returns it beside the configuration.
+Bodies written without it (FORMAT 1: by the previous version, or by `quorumlog members force-recover`)
+still decode, to no id.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import msgpack
 
 from ..errors import QuorumLogError, ResponseCode
 
-FORMAT = 1  # the first field of an encoded configuration
+# The first field of an encoded configuration, which says its layout:
+FORMAT = 1  # [1, voters, learners, addresses]
+FORMAT_GROUP_ID = 2  # [2, voters, learners, addresses, group id]
 MAX_ID = 255
+MAX_GROUP_ID = 64  # (a HELLO names it: net/schemas.py)
 
 
 class MembershipError(QuorumLogError):
@@ -34,6 +43,14 @@ def _check_id(node: object) -> str:
             or node.startswith("client:")):  # ("*" is the abstained vote; the others are clients' ids)
         raise MembershipError(f"invalid member id {node!r}")
     return node
+
+
+def check_group_id(group_id: object) -> str:
+    """A group id as a CONFIG entry carries it and a store records it (one line, no '=' or NUL)."""
+    if (not isinstance(group_id, str) or not group_id or len(group_id) > MAX_GROUP_ID
+            or group_id.splitlines() != [group_id] or "=" in group_id or "\x00" in group_id):
+        raise MembershipError(f"invalid group id {group_id!r}")
+    return group_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,25 +98,38 @@ class Membership:
         """"voter", "learner", or None for a node outside the configuration."""
         return "voter" if node in self.voters else "learner" if node in self.learners else None
 
-    def encode(self) -> bytes:
-        return msgpack.packb([FORMAT, sorted(self.voters), sorted(self.learners), dict(self.addresses)])
+    def encode(self, group_id: str | None = None) -> bytes:
+        """A CONFIG entry's body; with `group_id`, carrying it (FORMAT_GROUP_ID), else as FORMAT 1."""
+        doc = [FORMAT, sorted(self.voters), sorted(self.learners), dict(self.addresses)]
+        if group_id is not None:
+            doc[0] = FORMAT_GROUP_ID
+            doc.append(check_group_id(group_id))
+        return msgpack.packb(doc)
 
     @classmethod
     def decode(cls, data: bytes | bytearray | memoryview) -> Membership:
-        """A CONFIG entry's body; MembershipError when it is not a valid configuration."""
+        """A CONFIG entry's configuration; MembershipError when it is not a valid configuration."""
+        return cls.decode_with_id(data)[0]
+
+    @classmethod
+    def decode_with_id(cls, data: bytes | bytearray | memoryview) -> tuple[Membership, str | None]:
+        """A CONFIG entry's configuration and the group id it carries (None for a FORMAT 1 body);
+        MembershipError when it is not a valid configuration."""
         try:
             doc = msgpack.unpackb(bytes(data), use_list=True, strict_map_key=True)
         except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
             raise MembershipError(f"a CONFIG body that does not decode: {e}") from None
-        if (not isinstance(doc, list) or len(doc) != 4 or doc[0] != FORMAT or not isinstance(doc[1], list)
-                or not isinstance(doc[2], list) or not isinstance(doc[3], dict)):
+        layout = {FORMAT: 4, FORMAT_GROUP_ID: 5}
+        if (not isinstance(doc, list) or not doc or type(doc[0]) is not int or layout.get(doc[0]) != len(doc)
+                or not isinstance(doc[1], list) or not isinstance(doc[2], list) or not isinstance(doc[3], dict)):
             raise MembershipError("a CONFIG body of another layout")
         if not all(isinstance(x, str) for x in (*doc[1], *doc[2], *doc[3], *doc[3].values())):
             raise MembershipError("a CONFIG body whose ids or addresses are not strings")
         voters, learners = frozenset(doc[1]), frozenset(doc[2])
         if len(voters) != len(doc[1]) or len(learners) != len(doc[2]):
             raise MembershipError("a CONFIG body naming a member twice")
-        return cls(voters, learners, tuple(sorted(doc[3].items())))
+        group_id = check_group_id(doc[4]) if doc[0] == FORMAT_GROUP_ID else None
+        return cls(voters, learners, tuple(sorted(doc[3].items()))), group_id
 
     # -- changes: each returns the next configuration, or raises MembershipError saying why not -------
     def with_learner(self, node: str, address: str | None = None) -> Membership:
@@ -135,6 +165,20 @@ class Membership:
             addrs[address[0]] = address[1]
         return Membership(self.voters if voters is None else voters,
                           self.learners if learners is None else learners, tuple(sorted(addrs.items())))
+
+
+def carried_group_id(configs: Sequence[tuple[int, int, bytes]]) -> str | None:
+    """The group id carried by the newest of a log's CONFIG entries (LogStore.configs) that carries one;
+    None when none does (none holds a change, or they were written without it). An entry that does not
+    decode counts as carrying none."""
+    for _index, _term, body in reversed(configs):
+        try:
+            group_id = Membership.decode_with_id(body)[1]
+        except MembershipError:
+            continue
+        if group_id is not None:
+            return group_id
+    return None
 
 
 def single_server_step(old: Membership, new: Membership) -> str | None:

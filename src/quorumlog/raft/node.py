@@ -32,7 +32,7 @@ from ..store.base import LogStore
 from .elector import Elector
 from .handler import EntryHandler
 from .joining import BOOTSTRAP, JOIN, Joiner
-from .member import MemberState, checked_identity, members_digest
+from .member import MemberState
 from .messages import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -71,11 +71,22 @@ class RaftNode(Reconfiguration, Rejoining):
         self.rng = rng
         self.stats: Counter[str] = Counter()
         self.member = MemberState(node_id, group, peers, store, joining)
-        recorded = store.identity  # (None: a pristine store)
-        if joining or store.configs:  # the log (or the group joined) says who the members are, not the config
-            self.identity = recorded or members_digest(group, self.member.static_members)
-        else:
-            self.identity = checked_identity(store, group, self.member.static_members)
+        # None: a pristine store; "": one that holds a term, vote or log but no identity (a FileStore reads
+        # so; a MemoryStore reads None, taken as "" here): written before identities existed, or that of a
+        # node that joined a group and has yet to learn its id.
+        # A store that holds only a term (no vote, no log, no recovery under way, no identity) was probing
+        # when it stopped: it took a term from a message and then wrote it (FileStore: `currterm` alone) but
+        # never voted nor decided, so it is pristine still and probes again. Taken for bootstrapped it would
+        # vote with an empty log, a wiped node's forgotten promises unchecked (the primary/backup simulator's
+        # controller group, seed 500936: a leader elected without a committed entry).
+        recorded = store.identity
+        held = store.load_vote()[1] is not None or store.recovering or store.end_index >= 0 or store.begin_index > 0
+        if not recorded:
+            recorded = "" if held else None
+        # The group id (reconfig.py): a node that joins an existing group takes it from a CONFIG entry.
+        self.joins = joining and any(p != node_id for p in peers)
+        self.foreign_group_id: str | None = None  # the id of another group's CONFIG entry sent here
+        self.group_id: str | None = self._initial_group_id(recorded)
         self.elector = Elector(self.member, store, config, rng, self.stats, self.peer_match,
                                lambda p: self.leader is not None and self.leader.dispatchers[p].disk_full)
         # A pristine store (new, or wiped) probes the other members before it may vote (joining.py).
@@ -133,16 +144,18 @@ class RaftNode(Reconfiguration, Rejoining):
         return self.joiner is not None
 
     def can_vote(self) -> bool:
-        """Whether this node may grant votes: not while it recovers or probes. Its own view of the
-        configuration does not matter: a candidate counts only the votes of its configuration's voters,
-        and a node that has not yet received the change promoting it may be one of them."""
-        return self.recover_floor is None and self.joiner is None
+        """Whether this node may grant votes: not while it recovers or probes, nor once another group's
+        CONFIG entry reached its store (reconfig.py). Its own view of the configuration does not matter:
+        a candidate counts only the votes of its configuration's voters, and a node that has not yet
+        received the change promoting it may be one of them."""
+        return self.recover_floor is None and self.joiner is None and self.foreign_group_id is None
 
     def can_lead(self) -> bool:
-        """Whether this node may campaign: as for voting, and only as a voter of its configuration (a
-        learner, or a member removed, never starts an election), or while the change that removes it is
-        not known committed (reconfig.py: it then leads a configuration without itself to that commit)."""
-        return self.recover_floor is None and self.joiner is None and (self.member.is_voter or self._leaving())
+        """Whether this node may campaign: as for voting, and as a voter of its configuration, or while the
+        change that removes it is not known committed, or as a learner its log names (reconfig.py: a
+        non-voter elected counts only the voters' votes, commits, and hands over; a learner waits one
+        election timeout longer, so a voter campaigns first). A member removed never starts an election."""
+        return self.can_vote() and (self.member.is_voter or self._leaving() or self._named_learner())
 
     def expiry_safe_index(self, now_ms: int, member_timeout_ms: int) -> int:
         """Its commit index; on a leader no more than what every member holds (Leader.expiry_safe_index)."""
@@ -168,10 +181,13 @@ class RaftNode(Reconfiguration, Rejoining):
     # -- inputs --------------------------------------------------------------------------------
     def tick(self, now_ms: int) -> Ready:
         out, before = self._begin(now_ms)
+        if self.foreign_group_id is not None:  # (reconfig.py: this store is another group's)
+            return self._finish(out, before)
         if self.joiner is not None:
             out.messages.extend(self.joiner.probes(now_ms))
         try:
-            self._run(self.elector.tick(now_ms, out, self.can_lead(), self.handler.disk_full), now_ms, out)
+            self._run(self.elector.tick(now_ms, out, self.can_lead(), self.handler.disk_full,
+                                        wait_longer=not self.member.is_voter), now_ms, out)
             leader = self.leader
             if leader is not None and self.member.role == Role.LEADER:
                 leader.expire_pending(now_ms, out)
@@ -299,6 +315,9 @@ class RaftNode(Reconfiguration, Rejoining):
         # added. (The server authenticates every peer.) Votes count only among the candidate's voters
         # (elector.py); a removed member that does not know it yet cannot win one: the change that removed
         # it committed on a majority of the rest, whose logs are then ahead of its own.
+        if self.foreign_group_id is not None:  # this store is another group's: it takes no part (reconfig.py)
+            self.stats["rejected_foreign_group"] += 1
+            return
         if msg.group != self.group or msg.target != self.node_id or msg.sender == self.node_id:
             self.stats["rejected_misrouted"] += 1
             if isinstance(msg, _REQUESTS):

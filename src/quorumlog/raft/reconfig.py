@@ -5,6 +5,13 @@ truncation that cuts an uncommitted change away, and a reset take effect at once
 through `change_members`, one at a time and only once an entry of its own term committed; a leader the
 committed configuration leaves out hands over and steps down.
 
+The group id. A group's stores record the id the group got at creation (its identity, named at HELLO), and
+every CONFIG entry a leader appends carries it (membership.py), whatever the members become. A group
+bootstrapped from its configured members has `members_digest(group, those members)`: every founding member
+computes it alone. A node that joins an existing group (`join = true`, or a pristine store whose probe found
+the group: joining.py) makes up none: it has no id until a CONFIG entry in its log (or the base
+configuration a RESET gives it) brings the group's, which it then records (`_take_group_id`).
+
 A mixin of RaftNode (node.py): it reads the node's member state, store, leader and elector.
 """
 
@@ -21,8 +28,8 @@ from ..core.role import Role
 from ..entry import MAGIC_CONFIG
 from ..errors import DiskFullError, ResponseCode
 from ..store.base import LogStore
-from .member import MemberState
-from .membership import Membership, MembershipError, single_server_step
+from .member import MemberState, checked_identity, group_id_conflict, members_digest
+from .membership import Membership, MembershipError, carried_group_id, single_server_step
 from .messages import TimeoutNow
 from .roles import Event, Outcome
 
@@ -47,6 +54,9 @@ class Reconfiguration:
         _config_key: tuple[int, int] | None
         pending_change: tuple[int, RequestId | None] | None
         _now: int
+        joins: bool
+        group_id: str | None
+        foreign_group_id: str | None
 
         def _begin(self, now: int | None = None) -> tuple[Ready, tuple[Role, int, str | None]]: ...
         def _finish(self, out: Ready, before: tuple[Role, int, str | None]) -> Ready: ...
@@ -95,7 +105,7 @@ class Reconfiguration:
             return self._finish(out, before)
         assert self.leader is not None
         try:
-            index = self.store.append([new.encode()], m.term, MAGIC_CONFIG).first_index
+            index = self.store.append([new.encode(self.group_id)], m.term, MAGIC_CONFIG).first_index
         except DiskFullError as e:
             out.completions.append(Completion(rid, int(e.code), CONFIG, term=m.term, leader_id=m.leader_id,
                                               reason=str(e)))
@@ -128,18 +138,66 @@ class Reconfiguration:
         every input, so appends, truncations and resets take effect at once."""
         configs = self.store.configs
         key = (configs[-1][0], configs[-1][1]) if configs else None
-        if key == self._config_key:
+        if key == self._config_key or self.foreign_group_id is not None:
             return
         try:
             config = Membership.decode(configs[-1][2]) if configs else self.member.bootstrap
         except MembershipError:
             self.stats["bug_unreadable_config"] += 1  # a CONFIG entry passed its CRCs: the leader wrote it so
             return
+        self._take_group_id(configs)
         self._config_key = key
         self.member.apply(config)
         self.stats["configs_applied"] += 1
         if self.leader is not None:
             self.leader.on_config()
+
+    def _initial_group_id(self, recorded: str | None) -> str | None:
+        """The group id at start, from the store's identity (`recorded`: None for a pristine store, "" for
+        one that holds a log but no identity) and its CONFIG entries. Stores written by the previous version
+        are converted here: it recorded `members_digest` of the configured list, which is the group id for a
+        founding member and nothing for a node that joined (its list names itself, not the group's first
+        members): such a store takes the id of its next CONFIG entry that carries one."""
+        store, group, listed = self.store, self.member.group, self.member.static_members
+        if recorded is None:
+            # Pristine. A founding member names, while it probes, the id it would bootstrap the group with
+            # (so a node configured with another member list is refused at HELLO before it can count
+            # another majority); it records it only if it bootstraps (rejoin.py).
+            return None if self.joins else members_digest(group, listed)
+        legacy = self.joins and recorded == members_digest(group, listed)  # a joined store of the previous version
+        carried = carried_group_id(store.configs)
+        if carried is not None:
+            if recorded and recorded != carried and not legacy:
+                raise group_id_conflict(group, recorded, carried, "a CONFIG entry of its log")
+            store.set_identity(carried)  # (converted, or the node stopped between the entry and its recording)
+            return carried
+        if not self.joins and not store.configs:
+            return checked_identity(store, group, listed)  # bootstrapped from its configured members
+        return recorded if recorded and not legacy else None
+
+    def _take_group_id(self, configs: tuple[tuple[int, int, bytes], ...]) -> None:
+        """Record the group id the log's CONFIG entries carry, once there is one and this node has none.
+
+        A node whose store recorded another id refuses it: its store holds one group's log, and a leader of
+        another group of the same name (another cluster's, or one configured from another member list) is
+        writing to it. Taking the new id silently would make the node a member of that other group with a
+        log neither group agreed on, and vote and acknowledge there; overwriting nothing and going on would
+        still apply the other group's configuration and entries. So the node stops taking part in the group
+        (`foreign_group_id`: it neither votes, campaigns nor answers, and applies no more configuration) and
+        raises ConfigError; started again, the store refuses to open (`_initial_group_id`) until an
+        operator moves it aside. HELLO refuses such a pair of nodes first whenever both name an id: this is
+        for a node that names none (one that joins) or a leader of the previous version."""
+        carried = carried_group_id(configs)
+        if carried is None or carried == self.group_id:
+            return
+        if self.group_id is not None:
+            self.foreign_group_id = carried
+            self.stats["refused_foreign_group_id"] += 1
+            raise group_id_conflict(self.member.group, self.group_id, carried, f"its log (CONFIG entries up to "
+                                    f"index {configs[-1][0]}, term {configs[-1][1]}, from a leader)")
+        self.store.set_identity(carried)
+        self.group_id = carried
+        self.stats["group_id_learned"] += 1
 
     def _config_committed(self, out: Ready) -> None:
         """Answer the change once committed; a leader the committed configuration leaves out steps down."""
@@ -153,16 +211,25 @@ class Reconfiguration:
                                               term=m.term, leader_id=m.leader_id))
             if self.leader is not None:
                 self.leader.on_config(committed_at=index)  # (removed members: until they know)
-        if m.role == Role.LEADER and not m.is_voter and committed:
+        leader = self.leader
+        if m.role == Role.LEADER and not m.is_voter and committed and leader is not None \
+                and leader.commit >= leader.term_start:
             # Hand over to the most caught-up voter that holds everything, then follow (dissertation §4.2.2).
-            leader = self.leader
-            assert leader is not None
+            # (A learner elected first commits an entry of its term: that commits the log it won with.)
             ready = [p for p in m.voter_others if leader.peer_match(p) >= store.end_index]
             if ready:
                 target = max(ready, key=leader.peer_match)
                 out.messages.append(TimeoutNow(m.group, m.node_id, target, m.term))
-            self.stats["removed_leader_step_downs"] += 1
+            self.stats["learner_leader_hand_overs" if m.node_id in m.config.learners else
+                       "removed_leader_step_downs"] += 1
             self._run(Outcome(Event.REMOVED, m.term, None, m.node_id), self._now, out)
+
+    def _named_learner(self) -> bool:
+        """A learner by a CONFIG entry of its log (not a node that joins and is named by none yet). It may
+        campaign, counting only the voters' votes: a learner can hold the longest log (a promotion of it
+        cut away by a later leader, whose entries it then took), and the voters, refusing every candidate
+        with a shorter log, could otherwise elect nobody (the simulator's seed 20996)."""
+        return bool(self.store.configs) and self.node_id in self.member.config.learners
 
     def _leaving(self) -> bool:
         """This node's removal is the log's last change, and not known committed: it was a voter before.

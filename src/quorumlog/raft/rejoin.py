@@ -1,7 +1,7 @@
 """How a Raft node that lost state comes back without contradicting its former self (a RaftNode mixin):
 protocol-aware recovery after damage (it neither votes nor leads until it has committed up to the end of
 a leader elected without it, which holds every committed entry) and the decision of a pristine node
-whether its group exists (joining.py)."""
+whether its group exists (joining.py), and the group id that follows from it (reconfig.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..core.role import Role
 from ..errors import CorruptEntryError
 from ..store.base import LogStore
 from .joining import JOIN, Joiner, opens_first_election
-from .member import ABSTAINED, MemberState
+from .member import ABSTAINED, MemberState, members_digest
 from .roles import Event, Outcome
 
 if TYPE_CHECKING:
@@ -35,7 +35,8 @@ class Rejoining:
         handler: EntryHandler
         producers: ProducerTable
         joiner: Joiner | None
-        identity: str
+        joins: bool
+        group_id: str | None
         recover_floor: int | None
         recover_leader_end: int | None
         recover_leader_term: int
@@ -58,6 +59,13 @@ class Rejoining:
             self.recover_floor = None
             m.set_recovering(False)
             self.stats["recovered_from_damage"] += 1
+            if self.group_id is None and not self.joins and not self.store.configs:
+                # A founding member that found its group existing (a wiped store) holds the log up to a
+                # leader's end, and no change is in it: the group's members are still its first ones,
+                # this node's list, whose digest its HELLO named while it probed (a member naming another
+                # id refused it). That is the group id (reconfig.py).
+                self.group_id = members_digest(m.group, m.static_members)
+                self.store.set_identity(self.group_id)
 
     def _enter_recovery(self, floor: int) -> None:
         """Stop voting and leading until this node has committed up to `floor` and up to the end of the
@@ -95,9 +103,20 @@ class Rejoining:
         if decision == JOIN:
             self._enter_recovery(-1)
             self.stats["joined_existing_group"] += 1
+            # The group exists: its id is the one it was created with, which a CONFIG entry brings (or,
+            # for a founding member, the log once it shows no change: _check_recovered), not one made from
+            # this node's list (reconfig.py). Until then the node names none at HELLO.
+            self.group_id = None
         else:
             self.stats["bootstrapped_group"] += 1
             if opens_first_election(m, self.config.preferred_leader):
                 self.elector.campaign_now(now)
-        self.store.set_identity(self.identity)
+            if self.group_id is not None:  # a founding member creates the group: its members' digest
+                self.store.set_identity(self.group_id)
+        if self.group_id is None:
+            # No identity to record: the term, counted as voted in, marks the store as no longer pristine,
+            # durably now, so that a restart does not probe again (joining.py), as a recorded id would.
+            if m.voted_for is None:
+                m.set_term(m.term, ABSTAINED)
+            self.store.persist_stable()
         self.joiner = None

@@ -195,6 +195,8 @@ class LocalCluster:
                 lines += [f"{k} = {_toml_value(v)}" for k, v in t.items()]
             if self.replication != "raft" and "controller" in self.ha:
                 lines += ["[[group]]", f"name = {_toml_value(self.ha['controller'])}", f"peers = {_toml_value(peers)}"]
+                if spare:
+                    lines.append("join = true")
             # Its [[token]] tables (and any other setting) may hold secrets: readable by this user only.
             write_private(node.config_path, "\n".join(lines) + "\n")
 
@@ -280,9 +282,9 @@ def run_local_cluster(*, nodes: int, groups: int, data_dir: str, base_port: int,
     # soft_wrap: lines as they are, never cut at 80 columns when the output is not a terminal (a file, a
     # pipe): a path or the endpoints split over two lines cannot be pasted or grepped.
     console, errors = Console(soft_wrap=True), Console(stderr=True, soft_wrap=True)
-    if spares and replication != "raft":
-        errors.print("[red]quorumlog: error: --spares: spare nodes join Raft groups only; a primary/backup group "
-                     "changes its members through its configuration and a restart[/red]", soft_wrap=True)
+    if spares and replication != "raft" and not (ha or {}).get("controller"):
+        errors.print("[red]quorumlog: error: --spares: a primary/backup group changes its members through its "
+                     "controller: add --controller[/red]", soft_wrap=True)
         return 2
     if auth and not secret:
         secret = secrets.token_urlsafe(24)

@@ -24,6 +24,7 @@ from ..ha.record import Assignment, encode_election
 from ..net.connection import Connection
 from ..net.frames import Frame
 from ..raft.node import RaftNode
+from .events import MEMBERS
 from .group import Group, now_ms
 
 if TYPE_CHECKING:
@@ -56,6 +57,13 @@ class Controller:
                 cg.expiry_cap = state.expiry_cap  # the last snapshot is never expired (ha/record.py)
         nodes = {name: g.ha_node for name in self.managed
                  if (g := self.node.groups.get(name)) is not None and g.ha_node is not None}
+        for name in nodes:  # a primary/backup group reaches its controller group's members at their addresses
+            cg = self.node.groups.get(self.managed[name])
+            g = self.node.groups[name]
+            if cg is not None and g.peers != cg.peers:
+                g.peers = dict(cg.peers)
+                g.events.record(MEMBERS, f"members: {', '.join(sorted(g.peers))} (controller group {cg.name})",
+                                g.name)
         actions = self.core.tick(now_ms(), controllers, nodes)
         for name, ready in actions.readies:
             self.node.groups[name].apply(ready)
@@ -86,6 +94,22 @@ class Controller:
         proposer's next tick proposes it again if it still applies)."""
         if cg.name in self.core.states:
             cg.propose_local(p.body)
+
+    def change_members(self, conn: Connection, f: Frame, g: Group, action: str, target: str,
+                       address: str | None) -> None:
+        """A change of a primary/backup group's members is its controller group's (ha/record.py): answered as
+        that change is. Its primary is not removed: another is elected first (`quorumlog promote`)."""
+        ctl = self.managed.get(g.name)
+        cg = self.node.groups.get(ctl) if ctl is not None else None
+        if cg is None:
+            conn.respond_error(f, ResponseCode.UNSUPPORTED, f"group {g.name} is a primary/backup group without a "
+                               "controller: its members change through its configuration and a restart", g.leader_id)
+            return
+        if action == "remove" and target == self.assignment(g.name).primary:
+            conn.respond_error(f, ResponseCode.UNEXPECTED_ARGUMENT, f"{target} is the primary of group {g.name}: "
+                               f"elect another first (quorumlog promote --group {g.name} --to ID)", target)
+            return
+        cg.members.request(conn, f, action, target, address)
 
     def promote(self, conn: Connection, f: Frame, g: Group, target: str, force: bool) -> None:
         """An operator's promotion of `target`, through the record: answered once it is applied here.

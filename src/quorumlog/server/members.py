@@ -4,8 +4,9 @@ the configuration its log holds (the peers it reaches, the events it records).
 The core (raft/reconfig.py) decides: a change is a CONFIG entry, in force once appended, answered once
 committed. Here a request becomes that change, its answer a CHANGE_MEMBERS response, and every new
 configuration updates the group's peers (addresses come with it) and tells the node (`on_change`), which
-reaches new members and stops naming the group's member digest at HELLO: from the first change on, the
-group's log says who its members are.
+reaches new members. From the first change on, the group's log says who its members are; the group id
+named at HELLO stays the one it was created with (raft/reconfig.py). A primary/backup group with a
+controller changes members through its controller group (server/controller.py).
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ class GroupMembers:
         g = self.group
         node = g.raft_node
         if node is None:
-            conn.respond_error(frame, ResponseCode.UNSUPPORTED, f"group {g.name} is a primary/backup group: its "
-                               "members change through its configuration and a restart", g.leader_id)
+            conn.respond_error(frame, ResponseCode.UNSUPPORTED, f"group {g.name} is a primary/backup group without "
+                               "a controller: its members change through its configuration and a restart",
+                               g.leader_id)
             return
         make = CHANGES.get(action)
         if make is None:
@@ -113,9 +115,11 @@ class GroupMembers:
 
     def takes(self, sender: str) -> bool:
         """Whether peer messages of `sender` (an authenticated peer) are this group's to take: a member of
-        a configuration it followed or was configured with; any peer once the group joined or changed
-        members, since its leader may be one this node has no record of yet (raft/node.py's `_route`)."""
-        return sender in self.known or self.group.cfg.join or bool(self.group.store.configs)
+        a configuration it followed or was configured with; a peer the group reaches now (a primary/backup
+        group's follow its controller group's: server/controller.py); any peer once the group joined or
+        changed members, since its leader may be one this node has no record of yet (raft/node.py's `_route`)."""
+        g = self.group
+        return sender in self.known or sender in g.peers or g.cfg.join or bool(g.store.configs)
 
     def status(self) -> dict[str, Any]:
         node = self.group.raft_node

@@ -53,7 +53,7 @@ from .codec import HA_MESSAGES, PEER_OPS, PeerMessage, decode_message
 from .events import NODE, REFUSAL, TRANSFER, CounterWatch, Events
 from .group import Group, LoopTurn, now_ms
 from .metrics import Histogram
-from .peers import PeerLinks, bind_listener, split_address
+from .peers import HelloGroups, PeerLinks, bind_listener, split_address
 from .reads import get_committed, read_committed
 from .tail import Tails
 
@@ -117,10 +117,14 @@ class NodeServer:
         self._link_tasks: set[asyncio.Task[None]] = set()  # links to members a change added or moved
         # Connections kept for peers among max_connections: each dials once (twice while it replaces a lost one).
         self.peer_slots = min(2 * len(set(peers) - {cfg.node_id}), cfg.max_connections // 2)
-        # Exchanged at HELLO with every peer: nodes that count different majorities must not talk.
-        self.member_digests = {g.name: members_digest(g.name, [*g.peers, cfg.node_id]) for g in cfg.groups}
+        # Named at HELLO to every peer, which refuses a group it hosts with another id: nodes of two
+        # different groups of one name (or that count different majorities) must not talk.
+        # (A primary/backup group's: its configured members' digest, none when this node joins it.)
+        self._pb_digests = {g.name: members_digest(g.name, [*g.peers, cfg.node_id]) for g in cfg.groups
+                            if g.ha.primary_backup and not g.join}
+        self.group_ids = HelloGroups(self._group_ids)
         self.links = PeerLinks(cfg.node_id, peers, cluster=cfg.cluster, secret=cfg.secret,
-                               max_frame_bytes=cfg.max_frame_bytes, groups=self.member_digests,
+                               max_frame_bytes=cfg.max_frame_bytes, groups=self.group_ids,
                                outbox=self.outbox, handler=self._handle)
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -147,8 +151,6 @@ class NodeServer:
                 raise StartupError(f"cannot open data dir {self.cfg.data_dir}: {e.strerror or e}") from None
             g = self.groups[gcfg.name]
             g.members.on_change = self._members_changed
-            if gcfg.join:  # its digest names the configured list, which its members do not share
-                self._forget_digest(g.name)
             g.members.follow()  # (a log that holds changes: its configuration, its members' addresses)
         host, port = split_address(self.listen)
         tls = None
@@ -184,7 +186,7 @@ class NodeServer:
         try:
             self.server = await serve(host, port, self._handle, cluster=self.cfg.cluster, node_id=self.node_id, ssl=tls,
                                       secret=self.cfg.secret, max_frame_bytes=self.cfg.max_frame_bytes,
-                                      groups=self.member_digests, on_close=self._on_close,
+                                      groups=self.group_ids, on_close=self._on_close,
                                       on_established=self._on_established,
                                       outbox=self.outbox, after_frames=self._after_frames,
                                       max_connections=self.cfg.max_connections,
@@ -362,19 +364,26 @@ class NodeServer:
             if watch.increase(f"refused by {pid}", ep.refusals):
                 self.events.record(REFUSAL, f"peer {pid} refused this node's HELLO: {ep.last_error}")
 
+    def _group_ids(self) -> dict[str, str]:
+        """What this node names at HELLO (self.group_ids, read at each handshake): for a Raft group, the id
+        its store records (raft/reconfig.py), the same before and after its members change, none while a
+        node that joins has yet to learn it; for a primary/backup group, its configured members' digest (none
+        when this node joins it with `join = true`), as before group ids."""
+        ids = dict(self._pb_digests)
+        for name, g in self.groups.items():
+            node = g.raft_node
+            if node is not None and node.group_id is not None:
+                ids[name] = node.group_id
+        return ids
+
     def _members_changed(self, g: Group) -> None:
-        """A group's configuration changed (members.py): reach its members at their addresses, and name
-        its member digest no more at HELLO (the configured list no longer says who they are)."""
-        self._forget_digest(g.name)
+        """A group's configuration changed (members.py): reach its members at their addresses. (Its group
+        id, named at HELLO, stays what it was.)"""
         for pid, addr in g.peers.items():
             if pid != self.node_id and self.peer_addresses.get(pid) != addr:
                 self.peer_addresses[pid] = addr
                 self._link_tasks.add(task := asyncio.get_running_loop().create_task(self.links.ensure(pid, addr)))
                 task.add_done_callback(self._link_tasks.discard)
-
-    def _forget_digest(self, group: str) -> None:
-        self.member_digests.pop(group, None)
-        self.links.forget_digest(group)
 
     def _hello_refused(self, peer_id: str | None, host: str, reason: str) -> None:
         self.events.record(REFUSAL, f"refused HELLO of {peer_id or 'a connection'} from {host}: {reason}")
@@ -530,7 +539,14 @@ class NodeServer:
             return None
         if op == Op.CHANGE_MEMBERS:
             r = CHANGE_MEMBERS_REQUEST.decode(f.body)
-            self._group(r.group, conn, "admin").members.request(conn, f, r.action, r.target, r.address)
+            g = self._group(r.group, conn, "admin")
+            if g.ha_node is not None:  # (through its controller group, or refused without one)
+                if self.controller is None or g.cfg.ha.controller is None:
+                    g.members.request(conn, f, r.action, r.target, r.address)
+                else:
+                    self.controller.change_members(conn, f, g, r.action, r.target, r.address)
+            else:
+                g.members.request(conn, f, r.action, r.target, r.address)
             return None
         raise QuorumLogError(f"{op_name(op)} is not served by a node", ResponseCode.UNSUPPORTED)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from ssl import SSLContext
 
 from ..net.connection import Connection, Handler
@@ -35,9 +35,28 @@ def bind_listener(addr: str) -> socket.socket:
     return sock
 
 
+class HelloGroups(Mapping[str, str]):
+    """What a node names at HELLO for the groups it hosts ({group: id}, net/hello.py), read afresh at each
+    handshake from `current` (the node's): a Raft group's id changes when a node that joins learns it."""
+
+    def __init__(self, current: Callable[[], dict[str, str]]) -> None:
+        self._current = current
+
+    def __getitem__(self, group: str) -> str:
+        return self._current()[group]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._current())
+
+    def __len__(self) -> int:
+        return len(self._current())
+
+
 class PeerLinks:
-    """Endpoints to every peer of every hosted group. Each HELLO carries `groups`, the member digest of
-    every group this node hosts, so that a peer configured with other members refuses the link."""
+    """Endpoints to every peer of every hosted group. Each HELLO carries `groups` (a HelloGroups: the group
+    id of every group this node hosts, as it is at that handshake), so that a peer that hosts a group of
+    the same name with another id (another cluster's, or one configured from another member list)
+    refuses the link."""
 
     def __init__(self, node_id: str, peers: dict[str, str], *, cluster: str, secret: str | None,
                  max_frame_bytes: int, groups: Mapping[str, str] | None = None,
@@ -50,7 +69,7 @@ class PeerLinks:
         self._args = dict(cluster=cluster, node_id=node_id, secret=secret, max_frame_bytes=max_frame_bytes,
                           connect_timeout=2.0, backoff_initial=0.02, backoff_max=0.5, outbox=outbox,
                           handler=handler)  # (a peer we have no address for answers on our connection)
-        self._groups = dict(groups or {})
+        self._groups: Mapping[str, str] = groups if groups is not None else {}  # (read at each HELLO)
         self.inbound: dict[str, Connection] = {}  # the connections peers opened to this node (node.py)
         self._tls: SSLContext | None = None
         self._started = False
@@ -60,7 +79,7 @@ class PeerLinks:
 
     def _add(self, pid: str, addr: str) -> Endpoint:
         host, port = split_address(addr)
-        ep = Endpoint(host, port, groups=dict(self._groups), name=pid, expect_node=pid, **self._args)  # type: ignore[arg-type]
+        ep = Endpoint(host, port, groups=self._groups, name=pid, expect_node=pid, **self._args)  # type: ignore[arg-type]
         if self._tls is not None:
             ep.use_tls(self._tls, expect_identity=pid)
         self.links[pid] = ep
@@ -77,12 +96,6 @@ class PeerLinks:
             ep.start()
         if old is not None:
             await old.close()
-
-    def forget_digest(self, group: str) -> None:
-        """Stop naming `group`'s member digest at HELLO: its members changed, and its log says who they are."""
-        self._groups.pop(group, None)
-        for ep in self.links.values():
-            ep.forget_group(group)
 
     def use_tls(self, ctx: SSLContext) -> None:
         """Connect to every peer over TLS with this node's certificate; each peer's must name that peer."""
@@ -118,7 +131,7 @@ class PeerLinks:
         return {pid: ep.connected for pid, ep in self.links.items()}
 
     def refusals(self) -> dict[str, int]:
-        """Handshakes each peer refused (a wrong cluster, secret or member list on one side)."""
+        """Handshakes each peer refused (a wrong cluster or secret, or a group of another id, on one side)."""
         return {pid: ep.refusals for pid, ep in self.links.items()}
 
     async def close(self) -> None:

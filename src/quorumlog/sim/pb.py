@@ -33,6 +33,7 @@ from ..ha.epochs import hand_back_to
 from ..ha.messages import FRAME_HEADER, HaHandshake, HaTransfer, unpack_epochs
 from ..ha.node import HaNode
 from ..ha.record import Assignment
+from . import pb_members
 from .checker import Checker, InvariantViolation, chain_at
 from .clients import Proposal, SimProducer
 from .cluster import SIM_MEMBER_TIMEOUT_MS, SIM_RAFT, SIM_RETENTION_MS, SIM_RETRY_MS
@@ -45,7 +46,7 @@ from .timeline import format_trace, window_phase
 
 GROUP = "pb"
 PB_FAULTS = ("drop", "delay", "partition", "crash", "pause", "disk", "full", "expire", "wipe", "rot", "tail",
-             "ctlexpire")
+             "ctlexpire", "members")
 EXTRA_FAULTS = ("reorder", "dup")  # beyond what TCP does: the protocol must stay safe, if slower
 POLL_MS = 50  # members tick their controller core this often
 
@@ -110,6 +111,7 @@ class PbCluster:
         self.stats: Counter[str] = Counter()
         self.ctl_rng = random.Random(seed + (7 << 32))  # the controller replicas' election timers
         self.ctl_expire_rng = random.Random(seed + (8 << 32))
+        self.members_rng = random.Random(seed + (9 << 32))  # the "members" fault (pb_members.py)
         # The controller group's own Raft checks, and the record it committed (the ground truth of the checks).
         self.ctl_checker = Checker(self.ids, lambda i: self.members[i].ctl_store if self.members[i].ctl else None)
         self.ctl_checker.stopped_store = lambda i: self.members[i].ctl_store
@@ -165,15 +167,18 @@ class PbCluster:
     def _no_copy_lost(self) -> bool:
         """No member lacks what it acknowledged, nor is about to: one lost copy at a time (wipe, rot, tail),
         in the controller group too (as the Raft simulator's wipes: a second lost store while another
-        recovers can leave it without a majority that holds what it committed)."""
+        recovers can leave it without a majority that holds what it committed). A recovery is over once its
+        end is durable: a member whose cleared flag a crash loses recovers again (seed 100384: it then asked
+        to leave the in-sync set while the primary's disk was being replaced, and nobody could lead)."""
         return not (self.checker.damaged or self.checker.tail_cut or self.ctl_checker.damaged) and not any(
-            o.store.recovering or o.rot_pending or o.ctl_store.identity is None or o.ctl_store.recovering
-            or (o.ctl is not None and (o.ctl.node.recovering or o.ctl.node.joining)) for o in self.members.values())
+            o.store.recovering or o.store.stable_unsaved or o.rot_pending or o.ctl_store.identity is None
+            or o.ctl_store.recovering or (o.ctl is not None and (o.ctl.node.recovering or o.ctl.node.joining))
+            for o in self.members.values())
 
     def _calm_at_rest(self) -> bool:
         """_no_copy_lost, the network whole and every member running (the wipe and rot faults)."""
         return self._no_copy_lost() and not self.net.blocked and all(
-            m.node is not None and m.paused_until is None for m in self.members.values())
+            m.node is not None and m.paused_until is None for m in self.members.values()) and pb_members.whole(self)
 
     @property
     def record(self) -> Assignment:
@@ -190,7 +195,8 @@ class PbCluster:
     def _one_storage_fault(self, m: Member) -> bool:
         """_no_copy_lost, and `m` is not the only recorded copy (nor soon: an in-sync change in flight)."""
         r = self.record
-        return self._no_copy_lost() and bool({r.primary, *r.isr} - {m.id}) and self._record_settled()
+        return (self._no_copy_lost() and bool({r.primary, *r.isr} - {m.id}) and self._record_settled()
+                and pb_members.whole(self))
 
     def _apply(self, m: Member, ready: Ready) -> None:
         assert m.driver is not None
@@ -349,8 +355,12 @@ class PbCluster:
         if phase == "faults":
             self.heal_started = None
             self._inject()
+            if "members" in self.faults and self.cfg.controller:
+                pb_members.draw(self, self.members_rng)
         elif self.heal_started is None:
             self._heal()
+        if phase != "faults" and "members" in self.faults and self.cfg.controller:
+            pb_members.restore(self)
         for m in self.members.values():
             if m.node is None and m.down_until is not None and t >= m.down_until:
                 self._start(m)
@@ -496,7 +506,8 @@ class PbCluster:
         p = self.members[r.primary].node
         joining = only and p is not None and p.primary is not None and bool(p.primary.isr_joining)
         if ("wipe" in f and self.cfg.controller and wr.random() < (0.3 if joining else 0.02 if only else 0.002)
-                and (self._no_copy_lost() if only else len(running) == len(self.ids) and self._calm_at_rest())):
+                and (self._no_copy_lost() and pb_members.whole(self) if only
+                     else len(running) == len(self.ids) and self._calm_at_rest())):
             # One disk replaced at a time, while every other member runs, is heard and holds what it acked.
             # (A failover that picks the wiped member before it asked to be left out leaves the group to
             # the operator: controller.py logs it. That takes a second fault at once, left out here.)

@@ -22,7 +22,7 @@ from ..core.appends import AppendRequest
 from ..core.driver import Driver
 from ..core.ready import Ready
 from ..core.role import Role
-from ..entry import HEADER, MAGIC_NORMAL
+from ..entry import HEADER, MAGIC_CONFIG, MAGIC_NORMAL
 from ..ha.controller_core import Actions, ControllerCore, ControllerProposal
 from ..ha.node import HaNode
 from ..ha.record import Assignment, ControllerState
@@ -103,7 +103,10 @@ class ReferenceRecord:
         for index in range(self.state.applied + 1, len(ref)):
             e = ref[index]
             h = HEADER.unpack_from(e, 0)
-            if h[0] == MAGIC_NORMAL:
+            if h[0] == MAGIC_CONFIG:  # the members (ha/record.py)
+                self.counts["ctl_member_changes"] += 1
+                self.state.apply_config(bytes(e[len(e) - h[8]:]))
+            elif h[0] == MAGIC_NORMAL:
                 before = self.current
                 self.counts["ctl_snapshots"] += self.state.apply(bytes(e[len(e) - h[8]:]), index) == "*"
                 a = self.current

@@ -20,6 +20,13 @@ def window_phase(step: int, window_steps: int, steps: int) -> str:
     return "faults"
 
 
+def full_window(step: int, window_steps: int, steps: int) -> bool:
+    """Whether `step` lies in a window of the full length (the last one may be shorter, and so are its heal
+    and quiet spans)."""
+    w = min(window_steps, steps)
+    return steps - (step - step % w) >= w
+
+
 def format_trace(trace: Iterable[tuple[int, str, Any]], describe: Callable[[Any], str]) -> str:
     """One line per event: its time, who ("net" for a message sent, described by `describe`), what."""
     return "\n".join(f"{t:>8} net  {describe(what)}" if who == "send" else f"{t:>8} {who:<4} {what}"

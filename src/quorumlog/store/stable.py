@@ -72,7 +72,8 @@ class StableFiles:
                 f"{directory}: the checkpoint is missing but the data files start at byte {segments[0]}: "
                 "where the log begins and how far it was committed are lost, so the store will not open. "
                 f"{move_aside(directory)}")
-        # "" marks a store written before identities existed: bootstrapped, identity not yet recorded.
+        # "" marks a store that holds state but no identity: written before identities existed, or of a node
+        # that joined its group and has yet to take the group id from a CONFIG entry (raft/reconfig.py).
         self.identity: str | None = recorded if recorded is not None else (None if pristine else "")
 
     def save(self, state: StableState) -> None:
