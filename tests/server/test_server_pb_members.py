@@ -112,3 +112,27 @@ def test_a_backup_moves_to_a_new_port(cluster_factory: Any) -> None:
         await await_until(lambda: _in_sync(c, cluster.nodes, mover.node_id), 30, "the moved backup in sync")
 
     asyncio.run(_under_writers(cluster, cluster.nodes, lambda: cluster.nodes, move))
+
+
+def test_members_restarted_with_the_new_list_rejoin(cluster_factory: Any) -> None:
+    """After a backup is added, the operator writes the new member list into every node's configuration (the
+    added one loses `join = true`) and restarts a backup and the new member: they are taken back at HELLO
+    (a primary/backup group with a controller names no member digest: its members change with its
+    controller group's, whose id is compared) and are in sync again."""
+    cluster: LocalCluster = cluster_factory(nodes=4, spares=1, **PB)
+    spare = cluster.nodes[3]
+
+    async def change(c: AsyncClient) -> None:
+        await c.add_member("n3", spare.address, timeout=60)
+        await await_until(lambda: _in_sync(c, cluster.nodes, "n3"), 30, "n3 in the in-sync set")
+        primary = await _primary(c, cluster.nodes)
+        assert primary is not None
+        cluster.spares = 0
+        cluster.write_configs()
+        for node in [n for n in cluster.nodes if n.node_id in ("n1", "n2", "n3") and n.node_id != primary["node"]]:
+            cluster.kill(node_index(cluster, node.node_id))
+            cluster.start(node_index(cluster, node.node_id))
+            await await_until(lambda node=node: _in_sync(c, cluster.nodes, node.node_id), 30,
+                              f"{node.node_id} in sync again after its restart with the new list")
+
+    asyncio.run(_under_writers(cluster, cluster.nodes, lambda: cluster.nodes, change))

@@ -119,9 +119,10 @@ class NodeServer:
         self.peer_slots = min(2 * len(set(peers) - {cfg.node_id}), cfg.max_connections // 2)
         # Named at HELLO to every peer, which refuses a group it hosts with another id: nodes of two
         # different groups of one name (or that count different majorities) must not talk.
-        # (A primary/backup group's: its configured members' digest, none when this node joins it.)
+        # (A primary/backup group without a controller: its configured members' digest. One with a controller
+        # names none: its members are its controller group's, whose id is compared, and change with them.)
         self._pb_digests = {g.name: members_digest(g.name, [*g.peers, cfg.node_id]) for g in cfg.groups
-                            if g.ha.primary_backup and not g.join}
+                            if g.ha.primary_backup and g.ha.controller is None and not g.join}
         self.group_ids = HelloGroups(self._group_ids)
         self.links = PeerLinks(cfg.node_id, peers, cluster=cfg.cluster, secret=cfg.secret,
                                max_frame_bytes=cfg.max_frame_bytes, groups=self.group_ids,
@@ -367,8 +368,8 @@ class NodeServer:
     def _group_ids(self) -> dict[str, str]:
         """What this node names at HELLO (self.group_ids, read at each handshake): for a Raft group, the id
         its store records (raft/reconfig.py), the same before and after its members change, none while a
-        node that joins has yet to learn it; for a primary/backup group, its configured members' digest (none
-        when this node joins it with `join = true`), as before group ids."""
+        node that joins has yet to learn it; for a primary/backup group without a controller, its configured
+        members' digest (none when this node joins it with `join = true`), as before group ids."""
         ids = dict(self._pb_digests)
         for name, g in self.groups.items():
             node = g.raft_node
