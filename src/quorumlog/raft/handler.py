@@ -48,7 +48,8 @@ class EntryHandler:
     """Receives a leader's pushes while this node follows it."""
 
     __slots__ = ("member", "store", "config", "stats", "producers", "appends", "control", "waiting_since",
-                 "held", "matched_upto", "leader_commit", "control_limit", "append_limit", "disk_full")
+                 "held", "matched_upto", "leader_commit", "control_limit", "append_limit", "disk_full",
+                 "acked_in_term")
 
     def __init__(self, member: MemberState, store: LogStore, config: RaftConfig, stats: Counter[str],
                  producers: ProducerTable) -> None:
@@ -64,6 +65,8 @@ class EntryHandler:
         # Committed entries are in every later leader's log, so they match whoever leads.
         self.matched_upto = store.committed_index
         self.disk_full = False  # our store refused the last push it was given for a full disk
+        # (term, index): the highest index acknowledged to that term's leader, whose log holds it (rejoin.py)
+        self.acked_in_term = (-1, -1)
         self.leader_commit = -1
         # Bounded like DLedger's queues; both scale with the leader's pipelining window.
         self.control_limit = max(4, config.max_inflight_pushes)
@@ -370,6 +373,9 @@ class EntryHandler:
         m = self.member
         resp = PushResponse(m.group, m.node_id, req.sender, m.term, req.kind, SUCCESS, req.index, acked, end,
                             self.store.begin_index)
+        t, i = self.acked_in_term
+        if t != m.term or acked > i:
+            self.acked_in_term = (m.term, acked if t != m.term else max(i, acked))
         if self.store.durable_index >= acked:
             out.messages.append(resp)
         else:

@@ -117,6 +117,7 @@ class RaftNode(Reconfiguration, Rejoining):
             self.stats["recovering_from_damage"] += 1
         self.recover_leader_end: int | None = None
         self.recover_leader_term = -1
+        self.recover_owed: tuple[int, int] | None = None  # (term, index) a target of that term must reach
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -388,10 +389,14 @@ class RaftNode(Reconfiguration, Rejoining):
         if isinstance(msg, PushRequest):
             handler.on_push(msg, out)
         elif isinstance(msg, HeartbeatRequest):
-            if self.recover_floor is not None and self.recover_leader_term != msg.term:
+            if (self.recover_floor is not None and self.recover_leader_term != msg.term
+                    and (self.recover_owed is None or msg.term != self.recover_owed[0]
+                         or msg.last_index >= self.recover_owed[1])):
                 # Any leader elected while we recover holds every committed entry (we did not vote), so
                 # its end is a sufficient target; following the newest one keeps recovery live when the
-                # first leader fell before committing its end.
+                # first leader fell before committing its end. A heartbeat of the term in which this node
+                # lost entries it had acknowledged counts only if it names them: one sent before the
+                # acknowledgement reached its leader names a shorter end (rejoin.py, _on_corruption).
                 self.recover_leader_end = msg.last_index
                 self.recover_leader_term = msg.term
             handler.apply_commit(msg.commit_index)

@@ -171,7 +171,7 @@ class PbCluster:
         end is durable: a member whose cleared flag a crash loses recovers again (seed 100384: it then asked
         to leave the in-sync set while the primary's disk was being replaced, and nobody could lead)."""
         return not (self.checker.damaged or self.checker.tail_cut or self.ctl_checker.damaged) and not any(
-            o.store.recovering or o.store.stable_unsaved or o.rot_pending or o.ctl_store.identity is None
+            o.store.recovering or o.store.recovering_durably or o.rot_pending or o.ctl_store.identity is None
             or o.ctl_store.recovering or (o.ctl is not None and (o.ctl.node.recovering or o.ctl.node.joining))
             for o in self.members.values())
 

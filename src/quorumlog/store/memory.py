@@ -267,6 +267,11 @@ class MemoryStore:
     def stable_unsaved(self) -> bool:
         return self._durable_stable != (*self._vote, self._recovering)
 
+    @property
+    def recovering_durably(self) -> bool:
+        """The recovery flag a crash would keep (the simulators: a recovery is over once this is False)."""
+        return self._durable_stable[2]
+
     def persist_stable(self) -> None:
         self._durable_stable = (*self._vote, self._recovering)
 
