@@ -234,8 +234,12 @@ class ControllerState:
                 return None
             # A hand-off request: the latest stands, the record is unchanged. A takeover changes the version:
             # an election made from a view without it must not hand the epoch back (controller.py, _vouched).
+            # A takeover: from here on the primary commits, and an acknowledgement may need a backup recorded
+            # in sync from here on, not before (the simulator's seed 205084: a takeover recorded after its
+            # primary's disk was lost, with nobody in sync since, left the epoch to the operator, though no
+            # acknowledgement could have been given in it).
             self.groups[group] = replace(cur, hand_off=isr[0] if isr else "") if kind == HAND_OFF else \
-                replace(cur, taken=True, holder=primary, version=cur.version + 1)
+                replace(cur, taken=True, holder=primary, version=cur.version + 1, isr_seen=bool(cur.isr))
             self.untouched.discard(group)
             return group
         elected = kind == ELECT and cur.epoch == prev and epoch == prev + 1 and version == cur.version
