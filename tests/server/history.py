@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from quorumlog import lincheck
 from quorumlog.client import AsyncClient
 from quorumlog.errors import QuorumLogError
 from quorumlog.server.cluster import LocalCluster
@@ -52,6 +53,10 @@ def check_history(ops: list[Op], log: list[tuple[int, bytes]], begin: int = 0) -
             k += 1
         assert index > highest, f"{body!r} (sent at {invoked:.3f}) is at {index}, before an entry at " \
                                 f"{highest} acknowledged earlier"
+    # And the whole history through the linearizability checker (quorumlog.lincheck): the log at the end is
+    # one more read, every error an append that may or may not have happened.
+    result = lincheck.check(lincheck.from_history_ops(ops, log, begin=begin), timeout=60)
+    assert result.ok, result.report
     return {"acked": sum(op.index is not None for op in ops), "failed": sum(op.error is not None for op in ops),
             "unacked_but_written": sum(op.index is None and op.body in where for op in ops),
             "expired": sum(op.index is not None and op.index < begin for op in ops)}

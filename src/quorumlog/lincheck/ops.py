@@ -50,6 +50,8 @@ class Operation:
         if self.status == UNCERTAIN and self.ret != math.inf:
             object.__setattr__(self, "ret", math.inf)
         if self.kind == APPEND:
+            if self.expected_end is not None and self.expected_end < -1:
+                raise ValueError(f"expected_end must be an index or -1 (empty), not {self.expected_end}")
             if not self.bodies:
                 raise ValueError("an append writes at least one body")
             if self.status == OK and (self.index is None or self.index < 0):
