@@ -92,6 +92,7 @@ class Checker:
         self.ref_seen_term: list[int] = []
         self.last_commit: dict[str, int] = {i: -1 for i in ids}
         self.checkpointed: dict[str, int] = {i: -1 for i in ids}
+        self.commit_before_cut: dict[str, int] = {i: -1 for i in ids}  # (on_cut)
         self.end_entries: dict[tuple[int, int], int] = {}  # (index, term) -> chain, of every end seen
         self.max_acked = -1
         self.unverified: list[AckedAppend] = []
@@ -147,7 +148,8 @@ class Checker:
         # found, and a log cut at damage (on_cut) keeps the commit its checkpoint named: above the commit
         # it had before the crash, when that crash came before it fetched the commit again (the
         # _check_commit below still checks the prefix against the committed log).
-        if c > (had := max(self.last_commit[node], self.checkpointed[node])) and store.damage is None:
+        had = max(self.last_commit[node], self.checkpointed[node], self.commit_before_cut[node])
+        if c > had and store.damage is None:
             raise InvariantViolation(f"{node} restarted with commit {c} above the {had} it had before (or its "
                                      f"checkpoint named)")
         self.last_commit[node] = c
@@ -185,14 +187,15 @@ class Checker:
         self.said_vote.pop(node, None)
         self.checkpointed[node] = -1
         self.last_commit[node] = -1
+        self.commit_before_cut[node] = -1
         self.damaged.add(node)
 
     def on_cut(self, node: str, store: LogStore) -> None:
         """A running node cut its log at damage it found (its commit index with it): it lacks entries until
         it recovers them. Its checkpoint, unlike a wiped store's, still names the commit it had: a restart
-        after it recovered may restore that commit, above the one a new primary (whose commit lags) told it
-        since (the primary/backup simulator's seed 203739: a checker error)."""
-        self.checkpointed[node] = max(self.checkpointed[node], self.last_commit[node])
+        after it recovered may restore up to that commit, above the one a new primary (whose commit lags)
+        told it since (the primary/backup simulator's seed 203739: a checker error)."""
+        self.commit_before_cut[node] = max(self.commit_before_cut[node], self.last_commit[node])
         self.last_commit[node] = min(self.last_commit[node], store.committed_index)
         self.damaged.add(node)
 
