@@ -353,11 +353,11 @@ def test_a_backup_streamed_back_to_its_primary_forgets_its_tail_cut_and_an_opera
 
 
 def test_a_lost_primary_hands_its_epoch_back_only_when_no_lost_backup_can_have_acknowledged_in_it() -> None:
-    # (taken, holder, previous, isr_seen): never taken, the last primary that took an epoch holds everything
-    assert hand_back_to(False, "n0", "n1", True) == "n0"
-    assert hand_back_to(False, "", "n1", False) == ""  # no holder known: nobody
-    assert hand_back_to(True, "n2", "n1", False) == "n1"  # nobody in sync: its own acks are gone anyway
-    assert hand_back_to(True, "n2", "n1", True) == ""  # a backup since gone may have acked: an operator's call
+    # (taken, holder, isr_seen): never taken, the holder holds everything
+    assert hand_back_to(False, "n0", True) == "n0"
+    assert hand_back_to(False, "", False) == ""  # no holder known: nobody
+    assert hand_back_to(True, "n1", False) == "n1"  # nobody in sync since the takeover: its own acks are gone anyway
+    assert hand_back_to(True, "n2", True) == ""  # a backup since gone may have acked: an operator's call
 
 
 def test_divergent_tail_of_an_old_epoch_is_cut() -> None:

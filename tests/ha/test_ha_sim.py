@@ -13,7 +13,7 @@ import pytest
 from quorumlog.core.driver import Driver
 from quorumlog.ha.backup import Backup
 from quorumlog.ha.controller_core import ControllerCore
-from quorumlog.ha.messages import handshake_digest
+from quorumlog.ha.messages import HaReport, handshake_digest
 from quorumlog.ha.node import HaNode
 from quorumlog.ha.primary import Primary
 from quorumlog.ha.record import ELECT, ISR, PREFIX, Assignment, ControllerState
@@ -89,12 +89,18 @@ def test_pb_sim_a_seed_replays_exactly() -> None:
     assert a.ok and b.ok and a.stats == b.stats and a.stats["acked_entries"] > 0
 
 
-@pytest.mark.parametrize("seed", [203739, 205084])
+@pytest.mark.parametrize("seed", [203739, 205084, 212790, 213973])
 def test_pb_sim_membership_run_regression_seeds(seed: int) -> None:
-    """`--seeds 200000:210000` (membership changes drawn) found: 203739, the checker's error (a node whose log
+    """`--seeds 200000:220000` (membership changes drawn) found: 203739, the checker's error (a node whose log
     was cut at damage restarted with the commit its checkpoint kept, above the one a new primary told it
     since); 205084, a takeover recorded after its primary's disk was lost, with nobody in sync since, left
-    the epoch to the operator (ha/record.py: an acknowledgement needs a backup in sync after the takeover)."""
+    the epoch to the operator (ha/record.py: an acknowledgement needs a backup in sync after the takeover);
+    212790, a primary that took an epoch had its disk replaced, followed the deposed primary of the epoch
+    before (its controller replica not caught up yet) and acknowledged its frames, which committed in the
+    superseded epoch (ha/backup.py: a recovering backup's report acknowledges nothing); 213973, the same
+    loss after an election with nobody in sync, whose takeover committed after it, named the lost store
+    as the holder of every entry and nobody as heir (ha/record.py: a takeover with nobody in sync keeps the
+    holder from before it)."""
     r = run_pb_seed(seed, PbConfig())
     assert r.ok, f"seed {seed} failed at step {r.step}: {r.error}\n{r.trace}"
 
@@ -154,11 +160,11 @@ def test_pb_sim_catches_a_record_that_depends_on_how_much_of_its_log_remains(
 def test_pb_sim_catches_a_joiner_counted_before_it_is_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 30's fault 2, planted back: a joiner the controller has not recorded counts towards min_in_sync.
     The primary, the only recorded copy, acknowledged with the joiner's ack alone and lost its disk; the
-    record, with nobody ever in sync in the epoch, handed it back to the previous primary, which lacked the
-    entry (the "wipe" fault draws the only recorded copy while a joiner's recording is in flight)."""
+    record, with nobody ever in sync in the epoch, handed it back to the holder from before the takeover,
+    which lacked the entry (seed 196; the "wipe" fault draws the only recorded copy while a joiner's recording is in flight)."""
     monkeypatch.setattr(Primary, "counted", property(lambda self: self.commit_set))
-    error = first_failure(run_pb_seed, PbConfig(steps=1000, faults=CLASSIC), [890])
-    assert "went back" in error or "lacks committed entries" in error, error  # committed entries cut
+    error = first_failure(run_pb_seed, PbConfig(steps=1000, faults=CLASSIC), [196])
+    assert "lacks acknowledged entries" in error, error
 
 
 def _plant_acks_before_durability(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -210,6 +216,18 @@ def test_pb_sim_catches_a_primary_that_commits_before_its_takeover_is_recorded(m
 
     monkeypatch.setattr(HaNode, "promote", confirmed_at_once)
     assert "whose takeover was never recorded" in first_failure(run_pb_seed, PbConfig(faults=CLASSIC), range(40))
+
+
+def test_pb_sim_catches_acks_of_a_recovering_backup_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 212790 fails when a primary counts the acks of a backup that says it is recovering."""
+    original = Primary.on_report
+
+    def trusting(self: Primary, m: HaReport, now: int, out: Any) -> None:
+        original(self, replace(m, recovering=False), now, out)
+
+    monkeypatch.setattr(Primary, "on_report", trusting)
+    r = run_pb_seed(212790, PbConfig())
+    assert not r.ok and "lacks acknowledged entries" in r.error
 
 
 def test_pb_sim_catches_a_backup_cut_for_damage_counted_caught_up_too_soon(monkeypatch: pytest.MonkeyPatch) -> None:

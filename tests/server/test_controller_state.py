@@ -8,6 +8,7 @@ import msgpack
 
 from quorumlog.config import HaConfig, RaftConfig, StoreConfig
 from quorumlog.ha.controller_core import ControllerCore
+from quorumlog.ha.epochs import hand_back_to
 from quorumlog.ha.node import HaNode
 from quorumlog.ha.record import (
     ELECT,
@@ -223,6 +224,22 @@ def test_a_takeover_needs_the_epoch_and_primary_and_voids_elections_made_before_
     assert s.apply(encode_election("g0", s.groups["g0"], "n0", set())) == "g0"
     a = s.groups["g0"]
     assert (a.epoch, a.primary, a.previous, a.taken, a.holder) == (4, "n0", "n2", False, "n1")
+
+
+def test_a_takeover_with_nobody_in_sync_keeps_the_holder_from_before_it() -> None:
+    """The simulator's seed 213973: n1 elected with nobody in sync, its takeover recorded after its disk was
+    lost. Nothing was acknowledged in its epoch (no backup in sync since the takeover), so the holder from
+    before it still holds every acknowledged entry and is the one to elect; a backup recorded in sync after
+    the takeover makes the primary the holder."""
+    s = _state()
+    assert s.apply(encode_election("g0", s.groups["g0"], "n1", set()), 1) == "g0"
+    assert s.apply(encode_command(TAKE, "g0", 2, 2, "n1", set()), 2) == "g0"
+    a = s.groups["g0"]
+    assert (a.taken, a.isr_seen, a.holder) == (True, False, "n0")
+    assert hand_back_to(a.taken, a.holder, a.isr_seen) == "n0"
+    assert s.apply(encode_command(ISR, "g0", a.version, 2, "n1", {"n2"}), 3) == "g0"
+    a = s.groups["g0"]
+    assert (a.isr_seen, a.holder) == (True, "n1") and hand_back_to(a.taken, a.holder, a.isr_seen) == ""
 
 
 def test_the_record_keeps_who_was_in_sync_as_the_last_epoch_taken_ended() -> None:

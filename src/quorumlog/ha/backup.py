@@ -182,7 +182,13 @@ class Backup:
 
     def _report(self, offset: int, now: int, out: Ready) -> None:
         assert self.primary is not None
-        out.messages.append(HaReport(self.group, self.node_id, self.primary, self.epoch, self.primary, offset))
+        # A store that may lack what it acknowledged (controller mode: a replaced disk, a cut at damage) may
+        # also have forgotten an epoch it took since: following a deposed primary it learnt of from that
+        # primary's own frames, its ack would commit in a superseded epoch (the simulator's seed 212790). Until
+        # its controller clears it, it says so, and the primary counts the report as progress only.
+        recovering = self.cfg.controller is not None and self.store.recovering
+        out.messages.append(HaReport(self.group, self.node_id, self.primary, self.epoch, self.primary, offset,
+                                     recovering))
         self.reported = offset
         self.reported_ms = now
 

@@ -238,7 +238,7 @@ class ControllerCore:
             return True
         others = set(a.isr) - {me}
         # Whom to elect in our place: another in-sync member, else the one the record says holds every entry.
-        back = hand_back_to(a.taken, a.holder, a.previous, a.isr_seen)
+        back = hand_back_to(a.taken, a.holder, a.isr_seen)
         warn = f"group {group}: {me} may lack acknowledged entries but is the recorded primary"
         if a.primary == me and others:
             if self._propose(group, ELECT, encode_election(group, a, min(others), others), now, out):
@@ -247,12 +247,12 @@ class ControllerCore:
         elif a.primary == me and back not in ("", me):
             if self._propose(group, ELECT, encode_election(group, a, back, set()), now, out):
                 why = "never took epoch" if not a.taken else "nobody was in sync in epoch"
-                out.events.append("lost_store_back_to_holder" if not a.taken else "lost_store_back_to_previous")
+                out.events.append("lost_store_back_to_holder" if not a.taken else "lost_store_back_past_takeover")
                 out.notes.append((logging.WARNING, f"{warn}, and {why} {a.epoch}: electing {back}, which holds "
                                                    f"every entry acknowledged before (epoch {a.epoch + 1})"))
         elif a.primary == me and back == me and (heirs := set(a.holder_isr) - {me}):
-            # The epoch came back to us (the holder of an epoch never taken, or the previous primary of one in
-            # which nobody was in sync), and our store is lost: those in sync as the epoch before ended hold
+            # The epoch came back to us (the holder of an epoch never taken, or of one in which nobody has been
+            # in sync since its takeover), and our store is lost: those in sync as the epoch before ended hold
             # every acknowledged entry as well (the simulator's seed 916914 waited for an operator here).
             if self._propose(group, ELECT, encode_election(group, a, min(heirs), heirs), now, out):
                 out.events.append("lost_store_to_holders")

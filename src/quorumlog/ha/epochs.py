@@ -54,15 +54,12 @@ def promotion_epoch(highest_seen: int, members: list[str], target: str) -> int:
     return (highest_seen // n + 1) * n + ordered.index(target)
 
 
-def hand_back_to(taken: bool, holder: str, previous: str, isr_seen: bool) -> str:
+def hand_back_to(taken: bool, holder: str, isr_seen: bool) -> str:
     """Whom to elect when the recorded primary lost its store and no other in-sync member is left, from the
     controller's record of its epoch ("": nobody; an operator decides what may be lost).
 
-    An epoch whose takeover was never recorded acknowledged nothing, and the primary of the last epoch
-    taken (`holder`) holds every acknowledged entry. In an epoch in which nobody was ever in sync, what was
-    acknowledged was held by the lost store alone (ASYNC, or min_in_sync = 0), gone whatever is chosen, and
-    the previous primary holds every other entry. Otherwise a backup since gone may have acknowledged
-    entries that no live member holds."""
-    if not taken:
-        return holder
-    return "" if isr_seen else previous
+    `holder` holds every entry acknowledged before the epoch (record.py). An epoch whose takeover was never
+    recorded acknowledged nothing. In an epoch in which nobody has been in sync since its takeover, what was
+    acknowledged was held by the lost store alone (ASYNC, or min_in_sync = 0), gone whatever is chosen.
+    Otherwise a backup since gone may have acknowledged entries that no live member holds."""
+    return "" if taken and isr_seen else holder

@@ -7,6 +7,8 @@ the HA ops (server/codec.py), beside the Raft messages:
 - `HaHandshake` (backup -> primary): the backup's log, as the last index of each epoch it holds; the
   primary answers with the point where the two logs agree (`HaTruncate`), RocketMQ 5's epoch check.
 - `HaReport` (backup -> primary): the backup's max offset (8 bytes), written and durable: its ack.
+  `recovering`: the backup's store may lack entries it acknowledged (a replaced disk, a cut at damage) and
+  its controller has not cleared it yet; its report is then progress, never an acknowledgement (primary.py).
 - `HaTransfer` (primary -> backup): a 12-byte header (offset i64, size i32) and `size` bytes of raw
   log, entries as they are on the primary's disk; size 0 is a heartbeat. `committed` is the index
   readers may see; `start` the primary's log end when its epoch began (its commit may lag it for a while,
@@ -48,6 +50,7 @@ class HaReport:
     term: int
     primary: str | None
     offset: int  # the backup's max offset: where its next entry goes
+    recovering: bool = False  # not yet cleared by its controller: this offset acknowledges nothing
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,8 @@ towards `min_in_sync` (a joiner still acks before commit). ASYNC commits at the 
 A report is trusted only at a frame boundary this primary sent that backup (or, after a handshake, at the
 end of the agreed entry): an offset beyond what was sent, or inside an entry, is refused and counted,
 and the backup must handshake again. It can never make a SYNC append succeed (rocketmq#3015, #1155).
+Nor can a report that says `recovering` (a backup whose controller has not cleared its replaced or damaged
+store): that backup may have forgotten an epoch it took, and so not know this one is superseded.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class BackupView:
 
     __slots__ = ("id", "streaming", "expect_offset", "expect_start", "expect_index", "next_index", "next_offset",
                  "acked_index", "acked_offset", "inflight", "heard_ms", "sent_ms", "sent_commit", "behind_since",
-                 "lost")
+                 "lost", "vouched")
 
     def __init__(self, backup_id: str) -> None:
         self.id = backup_id
@@ -62,6 +64,9 @@ class BackupView:
         self.sent_commit = -1
         self.behind_since: int | None = None  # since when it is more than max_in_sync_lag bytes behind
         self.lost = False  # it lost entries it had acknowledged (a replaced disk), until it holds them again
+        # Its latest report did not say `recovering` (HaReport): its acks count. One that says it counts for
+        # nothing (no commit, no joining, no hand-off) until its controller clears it.
+        self.vouched = True
 
 
 class Primary:
@@ -115,7 +120,8 @@ class Primary:
 
     def wanted_isr(self) -> set[str] | None:
         """The set to record at the controller, when it differs from the recorded one."""
-        want = {m for m in (self.isr | self.isr_joining) - self.isr_leaving if not self.backups[m].lost}
+        want = {m for m in (self.isr | self.isr_joining) - self.isr_leaving
+                if not self.backups[m].lost and self.backups[m].vouched}
         return want if want != self.isr else None
 
     def isr_recorded(self, isr: set[str]) -> None:
@@ -161,7 +167,7 @@ class Primary:
         acknowledged entry; of those still heard and streaming, the furthest along is taken."""
         timeout = self.cfg.ha_ack_timeout_ms
         ready = [b for b in self.backups.values() if b.id in self.isr and b.id not in self.isr_leaving
-                 and b.streaming and now - b.heard_ms <= timeout]
+                 and b.streaming and b.vouched and now - b.heard_ms <= timeout]
         if not ready:
             return None
         target = max(ready, key=lambda b: (b.acked_offset, b.id)).id
@@ -193,7 +199,7 @@ class Primary:
         wp = self.store.write_pos
         committed = self.store.committed_index
         for b in self.backups.values():
-            if b.lost and b.streaming and b.acked_index >= max(committed, self.start_index):
+            if b.lost and b.streaming and b.vouched and b.acked_index >= max(committed, self.start_index):
                 b.lost = False
             # Lagging counts only when it lasts: a burst of writes puts every backup behind for a moment
             # (Kafka dropped its count-based lag rule for flapping under bursts).
@@ -213,7 +219,7 @@ class Primary:
                     self.isr_leaving.add(bid)
                     self.stats["isr_shrinks"] += 1
         for bid, b in self.backups.items():
-            if b.lost:
+            if b.lost or not b.vouched:
                 continue
             if bid not in self.isr and bid not in self.isr_joining and b.streaming \
                     and now - b.heard_ms <= timeout and b.acked_index >= max(committed, self.start_index):
@@ -236,7 +242,8 @@ class Primary:
             if len(self.counted) < self.cfg.min_in_sync:
                 commit = -1  # fewer copies than promised: nothing more commits until a backup is in sync
             for bid in self.commit_set:
-                acked = self.backups[bid].acked_index
+                b = self.backups[bid]
+                acked = b.acked_index if b.vouched else -1
                 if acked < commit:
                     commit = acked
             span = self.appends.producers.span_at(commit)
@@ -327,6 +334,14 @@ class Primary:
         if b is None:
             return
         b.heard_ms = now
+        if m.recovering == b.vouched:
+            b.vouched = not m.recovering
+            if m.recovering:
+                # It may lack what it acknowledged, or have acknowledged in an epoch it forgot: out of the
+                # in-sync set, and (like a lost one) counted for commit as holding nothing until recorded.
+                self.stats["ha_backup_recovering"] += 1
+                if b.id in self.isr:
+                    self.isr_leaving.add(b.id)
         offset = m.offset
         if not b.streaming:
             if b.expect_offset < 0 or (offset != b.expect_offset and offset != b.expect_start):

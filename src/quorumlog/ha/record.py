@@ -65,7 +65,10 @@ class Assignment:
     isr_seen: bool = True  # some backup was recorded in sync in this epoch (so an ack may have needed it)
     hand_off: str = ""  # the in-sync backup the primary (disk full, log damaged) asked to be elected in its place
     taken: bool = True  # the primary recorded its takeover: before, it committed nothing in this epoch
-    holder: str = ""  # the primary of the last epoch taken ("": unknown), which holds every acknowledged entry
+    # Who holds every acknowledged entry ("": unknown): the primary of the last epoch taken, or, while nobody
+    # has been in sync in this epoch since its takeover, the holder from before it (what this epoch's primary
+    # acknowledged alone is lost with its store whoever is chosen; seed 213973 of the simulator).
+    holder: str = ""
     # The in-sync set the last epoch taken ended with (less the primaries elected since): they hold every
     # acknowledged entry too, so a holder that lost its store hands the epoch to one of them.
     holder_isr: frozenset[str] = frozenset()
@@ -239,7 +242,8 @@ class ControllerState:
             # primary's disk was lost, with nobody in sync since, left the epoch to the operator, though no
             # acknowledgement could have been given in it).
             self.groups[group] = replace(cur, hand_off=isr[0] if isr else "") if kind == HAND_OFF else \
-                replace(cur, taken=True, holder=primary, version=cur.version + 1, isr_seen=bool(cur.isr))
+                replace(cur, taken=True, holder=primary if cur.isr else cur.holder, version=cur.version + 1,
+                        isr_seen=bool(cur.isr))
             self.untouched.discard(group)
             return group
         elected = kind == ELECT and cur.epoch == prev and epoch == prev + 1 and version == cur.version
@@ -251,18 +255,21 @@ class ControllerState:
             # Of an epoch taken, its final in-sync set; else the one before, less the primary replaced (a
             # member elected and lost since is no heir: the set shrinks, never cycles).
             # An epoch taken in which nobody was ever in sync acknowledged only what its primary alone held
-            # (lost with it, whoever is chosen), and its previous primary holds every other entry
-            # (epochs.hand_back_to): that one is the heir, should the primary elected now lose its store
+            # (lost with it, whoever is chosen), and its holder from before the takeover holds every other
+            # entry (epochs.hand_back_to): that one is the heir, should the primary elected now lose its store
             # before it takes the epoch (the simulator's seed 500963: a primary re-elected after a restart
             # lost its disk, and the record named nobody else).
             if cur.taken:
-                heirs = cur.isr if cur.isr_seen else frozenset({cur.previous}) - {"", cur.primary}
+                heirs = cur.isr if cur.isr_seen else frozenset({cur.holder}) - {"", cur.primary}
             else:
                 heirs = cur.holder_isr - {cur.primary}
             a = Assignment(epoch, primary, rest, cur.version + 1, cur.primary, bool(rest), "", False,
                            cur.primary if cur.taken else cur.holder, heirs)
         else:
-            a = replace(cur, isr=rest, version=cur.version + 1, isr_seen=cur.isr_seen or bool(rest))
+            # A backup in sync after the takeover: acknowledgements may need it from here on, and the primary
+            # holds every entry (an epoch not taken yet acknowledged nothing: its holder stays).
+            a = replace(cur, isr=rest, version=cur.version + 1, isr_seen=cur.isr_seen or bool(rest),
+                        holder=cur.primary if cur.taken and rest else cur.holder)
         self.groups[group] = a
         self.untouched.discard(group)
         return group

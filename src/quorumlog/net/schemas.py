@@ -146,7 +146,8 @@ PEER_MESSAGES: dict[tuple[int, int], Schema] = {
                                                        ("end_index", INDEX), ("begin_index", INDEX))),
     # Primary/backup (src/quorumlog/ha/messages.py): the head also names the epoch's primary.
     (Op.HA_REPORT, PEER_REQUEST): Schema("HaReport", (*_PEER_HEAD, ("primary", OPT_STR),
-                                                     ("offset", Int(-1, I64_MAX, "offset")))),
+                                                     ("offset", Int(-1, I64_MAX, "offset")),
+                                                     ("recovering", BOOL))),
     (Op.HA_REPORT, PEER_RESPONSE): Schema("HaHandshake", (*_PEER_HEAD, ("primary", OPT_STR),
                                                          ("begin_index", INDEX), ("end_index", INDEX),
                                                          ("epochs", BYTES))),

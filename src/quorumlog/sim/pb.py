@@ -501,7 +501,7 @@ class PbCluster:
         # recorded backup, primary.py's `counted`; controller_core.py's _vouched then elects that one). Drawn
         # often while a backup joins and the record does not name it yet: the window in which fault 2 of
         # issue 30 lost an entry acknowledged with the joiner's ack alone.
-        back = hand_back_to(r.taken, r.holder, r.previous, r.isr_seen)
+        back = hand_back_to(r.taken, r.holder, r.isr_seen)
         only = not r.isr and (back not in ("", r.primary) or (back == r.primary and bool(r.holder_isr - {back})))
         p = self.members[r.primary].node
         joining = only and p is not None and p.primary is not None and bool(p.primary.isr_joining)
