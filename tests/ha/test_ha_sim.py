@@ -161,7 +161,8 @@ def test_pb_sim_catches_a_joiner_counted_before_it_is_recorded(monkeypatch: pyte
     """Issue 30's fault 2, planted back: a joiner the controller has not recorded counts towards min_in_sync.
     The primary, the only recorded copy, acknowledged with the joiner's ack alone and lost its disk; the
     record, with nobody ever in sync in the epoch, handed it back to the holder from before the takeover,
-    which lacked the entry (seed 196; the "wipe" fault draws the only recorded copy while a joiner's recording is in flight)."""
+    which lacked the entry (seed 196; the "wipe" fault draws the only recorded copy while a joiner's
+    recording is in flight)."""
     monkeypatch.setattr(Primary, "counted", property(lambda self: self.commit_set))
     error = first_failure(run_pb_seed, PbConfig(steps=1000, faults=CLASSIC), [196])
     assert "lacks acknowledged entries" in error, error

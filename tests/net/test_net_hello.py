@@ -11,6 +11,7 @@ import pytest
 from quorumlog.errors import ResponseCode
 from quorumlog.net import schemas
 from quorumlog.net.errors import HandshakeError, ProtocolError
+from quorumlog.net.frames import PROTOCOL_VERSION as VERSION
 from quorumlog.net.hello import ClientHandshake, ServerHandshake, State, members_mismatch
 from quorumlog.net.ops import Op
 from quorumlog.raft.member import members_digest
@@ -35,7 +36,7 @@ def test_no_secret_is_one_round_trip():
     c, s = ClientHandshake("c1", "n1"), ServerHandshake("c1", "n0")
     assert run(c, s) == [Op.HELLO]
     assert c.state is s.state is State.ESTABLISHED
-    assert (c.peer_id, s.peer_id, c.version, s.version) == ("n0", "n1", 2, 2)
+    assert (c.peer_id, s.peer_id, c.version, s.version) == ("n0", "n1", VERSION, VERSION)
 
 
 def test_right_secret_proves_both_sides_in_two_round_trips():
@@ -53,11 +54,11 @@ def test_macs_are_hmac_sha256_over_role_version_cluster_both_ids_both_nonces_and
 
     groups = {"g1": "bbbb", "g0": "aaaa"}  # a peer's: one more field, in group order
     for role in (CLIENT_ROLE, SERVER_ROLE):
-        head = [b"quorumlog hello", role.encode(), (2).to_bytes(2, "big"), b"c1", b"n1", b"n0", CNONCE, NONCE]
+        head = [b"quorumlog hello", role.encode(), VERSION.to_bytes(2, "big"), b"c1", b"n1", b"n0", CNONCE, NONCE]
         peer = field(b"g0") + field(b"aaaa") + field(b"g1") + field(b"bbbb")
         for g, tail in ((groups, [peer]), (None, []), ({}, [b""])):
             expected = hmac.new(b"k", b"".join(field(x) for x in head + tail), hashlib.sha256).digest()
-            assert mac("k", role, version=2, cluster="c1", client_id="n1", server_id="n0", client_nonce=CNONCE,
+            assert mac("k", role, version=VERSION, cluster="c1", client_id="n1", server_id="n0", client_nonce=CNONCE,
                        server_nonce=NONCE, groups=g) == expected
     assert (CLIENT_ROLE, SERVER_ROLE) == ("client->server", "server->client")
 
@@ -68,7 +69,7 @@ def _auth(s: ServerHandshake, client_nonce: bytes, proof: bytes) -> object:
 
 # Each field of a MAC, and a value for it that is right in another session: a relay or a reflection.
 SWAPS = [("role", "server->client"), ("client_id", "n2"), ("server_id", "n2"), ("client_nonce", NONCE),
-         ("server_nonce", CNONCE), ("cluster", "c2"), ("version", 3), ("groups", {"g0": "aaaa000000000000"})]
+         ("server_nonce", CNONCE), ("cluster", "c2"), ("version", 2), ("groups", {"g0": "aaaa000000000000"})]
 
 
 @pytest.mark.parametrize("name, value", SWAPS, ids=[n for n, _ in SWAPS])
@@ -77,7 +78,7 @@ def test_the_clients_proof_is_bound_to_role_ids_nonces_and_cluster(name, value):
     version and groups): the same MAC with any one of them swapped is refused."""
     from quorumlog.net.hello import CLIENT_ROLE, mac
 
-    fields = dict(role=CLIENT_ROLE, version=2, cluster="c1", client_id="n1", server_id="n0", client_nonce=CNONCE,
+    fields = dict(role=CLIENT_ROLE, version=VERSION, cluster="c1", client_id="n1", server_id="n0", client_nonce=CNONCE,
                   server_nonce=NONCE, groups=None)
 
     def attempt(**f: object) -> ServerHandshake:
@@ -102,13 +103,13 @@ def test_the_servers_proof_is_bound_to_role_ids_nonces_and_cluster(name, value):
     from quorumlog.net.errors import UnverifiedPeerError
     from quorumlog.net.hello import SERVER_ROLE, mac
 
-    fields = dict(role=SERVER_ROLE, version=2, cluster="c1", client_id="n1", server_id="n0", client_nonce=CNONCE,
+    fields = dict(role=SERVER_ROLE, version=VERSION, cluster="c1", client_id="n1", server_id="n0", client_nonce=CNONCE,
                   server_nonce=NONCE, groups=None)
 
     def attempt(**f: object) -> ClientHandshake:
         c = ClientHandshake("c1", "n1", "k", expect_node="n0", nonce=lambda: CNONCE)
         c.start()
-        step = c.receive(Op.HELLO, schemas.HELLO_RESPONSE.encode(200, "", 2, "n0", NONCE, True))
+        step = c.receive(Op.HELLO, schemas.HELLO_RESPONSE.encode(200, "", VERSION, "n0", NONCE, True))
         assert step is not None and step[0] == Op.AUTH
         role = f.pop("role")
         c.receive(Op.AUTH, schemas.AUTH_RESPONSE.encode(200, "", mac("k", role, **f)))  # type: ignore[arg-type]
@@ -127,7 +128,7 @@ def test_the_clients_own_proof_reflected_back_is_refused():
 
     c = ClientHandshake("c1", "n1", "k", expect_node="n0", nonce=lambda: CNONCE)
     c.start()
-    op, body = c.receive(Op.HELLO, schemas.HELLO_RESPONSE.encode(200, "", 2, "n0", NONCE, True)) or (0, b"")
+    op, body = c.receive(Op.HELLO, schemas.HELLO_RESPONSE.encode(200, "", VERSION, "n0", NONCE, True)) or (0, b"")
     own = schemas.AUTH_REQUEST.decode(body).proof
     with pytest.raises(UnverifiedPeerError, match="did not prove"):
         c.receive(Op.AUTH, schemas.AUTH_RESPONSE.encode(200, "", own))
@@ -168,7 +169,7 @@ def test_a_client_holding_a_secret_refuses_a_server_that_does_not_authenticate()
     # A server that asks for the client's proof and then answers without one of its own.
     c = ClientHandshake("c1", "n1", "x")
     c.start()
-    c.receive(Op.HELLO, schemas.HELLO_RESPONSE.encode(200, "", 2, "n0", NONCE, True))
+    c.receive(Op.HELLO, schemas.HELLO_RESPONSE.encode(200, "", VERSION, "n0", NONCE, True))
     with pytest.raises(UnverifiedPeerError, match="did not prove"):
         c.receive(Op.AUTH, schemas.AUTH_RESPONSE.encode(200, "", b""))
     assert c.state is State.FAILED
@@ -204,6 +205,24 @@ def test_version_negotiation():
     with pytest.raises(HandshakeError, match="peer speaks handshake version 2; this node requires 3") as ei:
         run(ClientHandshake("c1", "n1", version=2), s)
     assert ei.value.code == ResponseCode.UNSUPPORTED
+
+
+def test_version_3_is_required_between_nodes_and_clients_of_version_2_are_served():
+    """Version 3 changed only peer messages (HaReport.recovering): a version-2 client is served in 2, a
+    version-2 node is refused at HELLO with a reason, and a node answered in 2 gives up."""
+    c, s = ClientHandshake("c1", "client", version=2), ServerHandshake("c1", "n0")
+    run(c, s)
+    assert c.version == s.version == 2
+    s = ServerHandshake("c1", "n0", groups=G_OK)
+    reply = s.receive(Op.HELLO, schemas.HELLO_PEER_REQUEST.encode(2, "c1", "n1", G_OK))
+    assert reply.close and s.state is State.FAILED
+    r = schemas.HELLO_RESPONSE.decode(reply.body)
+    assert r.code == ResponseCode.UNSUPPORTED
+    assert r.reason == "peer speaks handshake version 2; this node requires 3: upgrade every node"
+    c = ClientHandshake("c1", "n1", groups=G_OK, expect_node="n0")
+    c.start()
+    with pytest.raises(HandshakeError, match="node 'n0' speaks handshake version 2; this node requires 3"):
+        c.receive(Op.HELLO, schemas.HELLO_RESPONSE.encode(200, "", 2, "n0", b"", False))
 
 
 @pytest.mark.parametrize("secret", [None, "k"])
@@ -354,7 +373,7 @@ def test_token_refusals(node_id, proof_key):
 
     s = ServerHandshake("c1", "n0", "cluster", tokens=TOKENS, nonce=lambda: NONCE)
     assert s.receive(Op.HELLO, schemas.HELLO_REQUEST.encode(2, "c1", node_id)).close is False
-    p = mac(proof_key, CLIENT_ROLE, version=2, cluster="c1", client_id=node_id, server_id="n0",
+    p = mac(proof_key, CLIENT_ROLE, version=VERSION, cluster="c1", client_id=node_id, server_id="n0",
             client_nonce=CNONCE, server_nonce=NONCE) if proof_key else b""
     reply = _auth(s, CNONCE, p)
     assert reply.close and s.state is State.FAILED and "authentication failed" in reply.reason
@@ -373,10 +392,10 @@ def test_a_token_client_checks_the_node_with_its_token_secret():
     # A node that proves with another key (the cluster's) than the token's is no proof to this client.
     c = ClientHandshake("c1", token_client_id("reader"), "r-secret", nonce=lambda: CNONCE)
     c.start()
-    c.receive(Op.HELLO, schemas.HELLO_RESPONSE.encode(200, "", 2, "n0", NONCE, True))
+    c.receive(Op.HELLO, schemas.HELLO_RESPONSE.encode(200, "", VERSION, "n0", NONCE, True))
     from quorumlog.net.hello import SERVER_ROLE, mac
 
-    wrong = mac("cluster", SERVER_ROLE, version=2, cluster="c1", client_id="client:reader", server_id="n0",
+    wrong = mac("cluster", SERVER_ROLE, version=VERSION, cluster="c1", client_id="client:reader", server_id="n0",
                 client_nonce=CNONCE, server_nonce=NONCE)
     with pytest.raises(UnverifiedPeerError, match="did not prove"):
         c.receive(Op.AUTH, schemas.AUTH_RESPONSE.encode(200, "", wrong))

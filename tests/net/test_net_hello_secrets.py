@@ -12,6 +12,7 @@ import pytest
 from quorumlog.errors import ResponseCode
 from quorumlog.net import hello, schemas
 from quorumlog.net.errors import HandshakeError
+from quorumlog.net.frames import PROTOCOL_VERSION as VERSION
 from quorumlog.net.hello import CLIENT_ROLE, ClientHandshake, ServerHandshake, State, mac, token_client_id
 from quorumlog.net.ops import Op
 
@@ -41,8 +42,8 @@ def test_unknown_token_and_wrong_proof_get_the_same_refusal_after_the_same_hmac(
     for name in ("reader", "nobody"):  # a known token with a wrong proof; an unknown token
         node_id = token_client_id(name)
         s = ServerHandshake(CLUSTER, "n0", "cluster-secret", tokens=TOKENS, nonce=lambda: NONCE)
-        assert not s.receive(Op.HELLO, schemas.HELLO_REQUEST.encode(2, CLUSTER, node_id)).close
-        proof = mac("a-guess", CLIENT_ROLE, version=2, cluster=CLUSTER, client_id=node_id, server_id="n0",
+        assert not s.receive(Op.HELLO, schemas.HELLO_REQUEST.encode(VERSION, CLUSTER, node_id)).close
+        proof = mac("a-guess", CLIENT_ROLE, version=VERSION, cluster=CLUSTER, client_id=node_id, server_id="n0",
                     client_nonce=CNONCE, server_nonce=NONCE)
         macs.clear()
         compares.clear()
@@ -61,8 +62,8 @@ def test_an_unknown_token_never_authenticates() -> None:
     node_id = token_client_id("nobody")
     for key in ("", "cluster-secret", "r-secret", hello._UNKNOWN_KEY):
         s = ServerHandshake(CLUSTER, "n0", "cluster-secret", tokens=TOKENS, nonce=lambda: NONCE)
-        s.receive(Op.HELLO, schemas.HELLO_REQUEST.encode(2, CLUSTER, node_id))
-        proof = mac(key, CLIENT_ROLE, version=2, cluster=CLUSTER, client_id=node_id, server_id="n0",
+        s.receive(Op.HELLO, schemas.HELLO_REQUEST.encode(VERSION, CLUSTER, node_id))
+        proof = mac(key, CLIENT_ROLE, version=VERSION, cluster=CLUSTER, client_id=node_id, server_id="n0",
                     client_nonce=CNONCE, server_nonce=NONCE) if key else b""
         reply = s.receive(Op.AUTH, schemas.AUTH_REQUEST.encode(CNONCE, proof))
         assert reply.close and s.state is State.FAILED
@@ -72,8 +73,8 @@ def test_an_unknown_token_never_authenticates() -> None:
 @pytest.mark.parametrize("peer_layout", [False, True])
 def test_a_wrong_cluster_is_not_told_the_right_one(peer_layout: bool) -> None:
     s = ServerHandshake(CLUSTER, "n0", "cluster-secret", nonce=lambda: NONCE)
-    body = (schemas.HELLO_PEER_REQUEST.encode(2, "staging", "n1", {}) if peer_layout
-            else schemas.HELLO_REQUEST.encode(2, "staging", "client"))
+    body = (schemas.HELLO_PEER_REQUEST.encode(VERSION, "staging", "n1", {}) if peer_layout
+            else schemas.HELLO_REQUEST.encode(VERSION, "staging", "client"))
     reply = s.receive(Op.HELLO, body)
     assert reply.close and s.state is State.FAILED
     assert CLUSTER.encode() not in reply.body

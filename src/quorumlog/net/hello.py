@@ -21,6 +21,7 @@ non-SUCCESS code and a reason, after which the server closes the connection. The
 this layout in every protocol version, so peers of different versions can always tell each other why:
 a node of version 1 (the one-sided proof) is refused at HELLO with "peer speaks handshake version 1; this
 node requires 2: upgrade every node", and a dialler answered in version 1 gives up with the same words.
+Version 3 changed only messages between nodes: a node takes clients of version 2 or 3, and peers of 3.
 A refusal tells a dialler that has not proved the key nothing it did not send: a wrong cluster name is
 answered "cluster name does not match" (not the node's own cluster name), and an unknown token is checked
 like a known one, an HMAC under a key nobody knows and a constant-time compare, and refused with the same
@@ -53,7 +54,7 @@ from typing import Any, NoReturn
 from ..errors import ResponseCode
 from .bodies import unpack
 from .errors import HandshakeError, ProtocolError, SecretRequiredError, UnverifiedPeerError
-from .frames import PROTOCOL_VERSION, SUPPORTED_VERSIONS
+from .frames import MIN_PEER_VERSION, PROTOCOL_VERSION, SUPPORTED_VERSIONS
 from .ops import Op, op_name
 from .schemas import AUTH_REQUEST, AUTH_RESPONSE, HELLO_PEER_REQUEST, HELLO_REQUEST, HELLO_RESPONSE
 
@@ -262,6 +263,9 @@ class ServerHandshake:
         if not usable:  # below every version this node speaks (above them it picks its highest)
             return self._refuse_hello(CODE_BAD_VERSION, version_refusal(version, min(self._versions)))
         self.version = max(usable)
+        if self.peer_groups is not None and self.version < MIN_PEER_VERSION <= max(self._versions):
+            # A node's messages to its peers changed in version 3: an older node would fail to read them.
+            return self._refuse_hello(CODE_BAD_VERSION, version_refusal(version, MIN_PEER_VERSION))
         if cluster != self.cluster:  # the dialler is not told the right name: only who knows it learns it
             return self._refuse_hello(CODE_BAD_CLUSTER, CLUSTER_MISMATCH,
                                       f"wrong cluster {cluster!r}: this node is in {self.cluster!r}")
@@ -343,6 +347,8 @@ class ClientHandshake:
         self._key = _key(secret)
         self.groups = None if groups is None else dict(groups)
         self.proposed_version = version
+        if groups is not None:  # a node dialling a peer: peer messages need MIN_PEER_VERSION (frames.py)
+            min_version = max(min_version, MIN_PEER_VERSION)
         self.min_version = min(min_version, version)
         self.expect_node = expect_node
         self._nonce_source = nonce
