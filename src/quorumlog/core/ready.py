@@ -35,6 +35,7 @@ from .role import Role
 APPEND = "append"
 TRANSFER = "transfer"
 CONFIG = "config"  # a membership change (raft/membership.py): answered once its CONFIG entry committed
+READ_INDEX = "read_index"  # a linearizable read point (raft/reads.py): last_index is the read index
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,6 +120,8 @@ CHANGE_MEMBERS_RESPONSE = _resp(Op.CHANGE_MEMBERS, ("index", INT), ("voters", Li
 PEER_REQUEST = 0
 PEER_RESPONSE = 1
 TERM = Int(0, I64_MAX, "term")
+ROUND = Int(0, I64_MAX, "round")  # a heartbeat's ReadIndex round (raft/reads.py)
+CTX = Int(0, I64_MAX, "ctx")  # a follower's read-index request, echoed
 ACKED = Int(-2, I64_MAX, "acked")  # -2: nothing acknowledged
 _PEER_HEAD: tuple[tuple[str, FieldType], ...] = (("group", GROUP), ("sender", NODE_ID), ("target", NODE_ID),
                                                   ("term", TERM))
@@ -129,9 +131,9 @@ PEER_MESSAGES: dict[tuple[int, int], Schema] = {
     (Op.VOTE, PEER_RESPONSE): Schema("VoteResponse", (*_PEER_HEAD, ("granted", BOOL), ("pre_vote", BOOL),
                                                      ("code", INT))),
     (Op.HEART_BEAT, PEER_REQUEST): Schema("HeartbeatRequest", (*_PEER_HEAD, ("commit_index", INDEX),
-                                                              ("last_index", INDEX))),
+                                                              ("last_index", INDEX), ("round", ROUND))),
     (Op.HEART_BEAT, PEER_RESPONSE): Schema("HeartbeatResponse", (*_PEER_HEAD, ("code", INT),
-                                                                ("end_index", INDEX))),
+                                                                ("end_index", INDEX), ("round", ROUND))),
     (Op.PUSH, PEER_REQUEST): Schema("PushRequest", (*_PEER_HEAD, ("kind", Int(0, 4, "push kind")),
                                                    ("index", INDEX), ("prev_term", TERM),
                                                    ("commit_index", INDEX), ("count", U32), ("last_term", TERM),
@@ -141,6 +143,9 @@ PEER_MESSAGES: dict[tuple[int, int], Schema] = {
                                                      ("end_index", INDEX), ("begin_index", INDEX),
                                                      ("conflict_index", INDEX), ("conflict_term", TERM))),
     (Op.LEADERSHIP_TRANSFER, PEER_REQUEST): Schema("TimeoutNow", _PEER_HEAD),
+    (Op.READ_INDEX, PEER_REQUEST): Schema("ReadIndexRequest", (*_PEER_HEAD, ("ctx", CTX))),
+    (Op.READ_INDEX, PEER_RESPONSE): Schema("ReadIndexResponse", (*_PEER_HEAD, ("ctx", CTX), ("code", INT),
+                                                                ("index", INDEX))),
     (Op.PROBE, PEER_REQUEST): Schema("ProbeRequest", (*_PEER_HEAD, ("nonce", Int(0, I64_MAX, "nonce")))),
     (Op.PROBE, PEER_RESPONSE): Schema("ProbeResponse", (*_PEER_HEAD, ("nonce", Int(0, I64_MAX, "nonce")),
                                                        ("end_index", INDEX), ("begin_index", INDEX))),

@@ -44,11 +44,13 @@ class Elector:
     __slots__ = ("member", "store", "config", "rng", "stats", "peer_match", "election_timeout", "deadline",
                  "last_leader_contact", "pre_candidate", "votes", "next_heartbeat", "leader_since",
                  "peer_seen", "heard", "started", "transfer_target", "transfer_deadline", "transfer_request",
-                 "transfer_sent", "next_preferred_check", "jitter", "round", "next_ask", "deferred", "peer_full")
+                 "transfer_sent", "next_preferred_check", "jitter", "round", "next_ask", "deferred", "peer_full",
+                 "heartbeat_round")
 
     def __init__(self, member: MemberState, store: LogStore, config: RaftConfig, rng: random.Random,
                  stats: Counter[str], peer_match: Callable[[str], int],
-                 peer_full: Callable[[str], bool] = lambda peer: False) -> None:
+                 peer_full: Callable[[str], bool] = lambda peer: False,
+                 heartbeat_round: Callable[[], int] = lambda: 0) -> None:
         self.member = member
         self.store = store
         self.config = config
@@ -56,6 +58,7 @@ class Elector:
         self.stats = stats
         self.peer_match = peer_match  # the leader's watermark of a peer (-1 when not leading)
         self.peer_full = peer_full  # the peer refused the leader's last push for a full disk
+        self.heartbeat_round = heartbeat_round  # the ReadIndex round a heartbeat broadcast carries (reads.py)
         self.election_timeout = config.election_timeout_ms
         self.deadline: int | None = None
         self.last_leader_contact: int | None = None
@@ -276,15 +279,21 @@ class Elector:
                 self.stats["check_quorum_step_downs"] += 1
                 return _QUORUM_LOST
         if now >= self.next_heartbeat:
-            commit = self.store.committed_index
-            end = self.store.end_index
-            for peer in m.others:
-                out.messages.append(HeartbeatRequest(m.group, m.node_id, peer, m.term, commit, end))
-            self.next_heartbeat = now + self.config.heartbeat_interval_ms
+            self.send_heartbeats(now, out)
         if self.transfer_target is not None and now >= self.transfer_deadline:
             self.finish_transfer(int(ResponseCode.TAKE_LEADERSHIP_FAILED), out)
         self._maybe_hand_to_preferred(now, out)
         return None
+
+    def send_heartbeats(self, now: int, out: Ready) -> None:
+        """A heartbeat to every other member, now (a read waiting for a round also sends one: reads.py)."""
+        m = self.member
+        commit = self.store.committed_index
+        end = self.store.end_index
+        round_ = self.heartbeat_round()
+        for peer in m.others:
+            out.messages.append(HeartbeatRequest(m.group, m.node_id, peer, m.term, commit, end, round_))
+        self.next_heartbeat = now + self.config.heartbeat_interval_ms
 
     # -- leadership transfer ---------------------------------------------------------------------
     @property

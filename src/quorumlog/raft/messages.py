@@ -65,6 +65,7 @@ class HeartbeatRequest:
     term: int
     commit_index: int
     last_index: int = -1
+    round: int = 0  # ReadIndex (reads.py): the follower echoes it, confirming the leader at this round
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,31 @@ class HeartbeatResponse:
     term: int
     code: int
     end_index: int = -1
+    round: int = 0  # the request's round, echoed
+
+
+@dataclass(frozen=True, slots=True)
+class ReadIndexRequest:
+    """A follower asks its leader for a read index (reads.py) for the requests it holds under `ctx`."""
+
+    group: str
+    sender: str
+    target: str
+    term: int
+    ctx: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadIndexResponse:
+    """The leader's answer: `index` once a majority confirmed it leads (code SUCCESS), else a refusal."""
+
+    group: str
+    sender: str
+    target: str
+    term: int
+    ctx: int
+    code: int
+    index: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +195,7 @@ class TimeoutNow:
 
 
 Message = (VoteRequest | VoteResponse | HeartbeatRequest | HeartbeatResponse | PushRequest | PushResponse | TimeoutNow
-           | ProbeRequest | ProbeResponse)
+           | ProbeRequest | ProbeResponse | ReadIndexRequest | ReadIndexResponse)
 
 RESET_DATA = struct.Struct(">qI")  # PushRequest RESET: begin position, chain CRC before the begin index
 # ... then, when the leader's log holds one below its begin, the configuration in force there: its CONFIG
@@ -202,7 +228,7 @@ def refusal(msg: Message, me: str, term: int, code: int, end_index: int, begin_i
     if isinstance(msg, PushRequest):
         return PushResponse(msg.group, me, msg.sender, term, msg.kind, code, msg.index, -2, end_index, begin_index)
     if isinstance(msg, HeartbeatRequest):
-        return HeartbeatResponse(msg.group, me, msg.sender, term, code)
+        return HeartbeatResponse(msg.group, me, msg.sender, term, code, -1, msg.round)
     if isinstance(msg, VoteRequest):
         return VoteResponse(msg.group, me, msg.sender, term, False, msg.pre_vote, code)
     return None
@@ -227,9 +253,13 @@ def describe(m: Message) -> str:
     if isinstance(m, VoteResponse):
         return f"{head} {'pre ' if m.pre_vote else ''}granted={m.granted} code={m.code}"
     if isinstance(m, HeartbeatRequest):
-        return f"{head} commit={m.commit_index} last={m.last_index}"
+        return f"{head} commit={m.commit_index} last={m.last_index} round={m.round}"
     if isinstance(m, HeartbeatResponse):
-        return f"{head} code={m.code} end={m.end_index}"
+        return f"{head} code={m.code} end={m.end_index} round={m.round}"
+    if isinstance(m, ReadIndexRequest):
+        return f"{head} ctx={m.ctx}"
+    if isinstance(m, ReadIndexResponse):
+        return f"{head} ctx={m.ctx} code={m.code} index={m.index}"
     if isinstance(m, ProbeResponse):
         return f"{head} nonce={m.nonce} log=[{m.begin_index}, {m.end_index}]"
     return head

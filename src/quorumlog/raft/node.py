@@ -1,8 +1,8 @@
 """RaftNode: the façade of the pure core. Input is a tick, a message, a proposal or a transfer request,
 each with the current time; output is a `Ready` (see core/ready.py for how a driver applies it).
 
-The node routes messages after checking group, target, sender and term, and is the only writer of role,
-term, leader and vote: every change goes through the transition table of roles.py. Elections live in
+The node routes messages after checking group, target, sender and term, and (with transitions.py) is the
+only writer of role, term, leader and vote: every change goes through the transition table of roles.py. Elections live in
 elector.py (which reports outcomes), the leader's replication in pusher.py, the follower's in handler.py.
 Nothing here performs I/O beyond the store API, reads a clock or uses global randomness.
 """
@@ -16,13 +16,11 @@ from collections.abc import Iterable, Sequence
 from ..config import RaftConfig
 from ..core.appends import AppendRequest, RequestId
 from ..core.producers import ProducerTable
-from ..core.ready import APPEND, Completion, Ready, RoleChange
+from ..core.ready import APPEND, READ_INDEX, Completion, Ready, RoleChange
 from ..core.replica import RAFT
 from ..core.role import Role
-from ..entry import MAGIC_NOOP
 from ..errors import (
     CorruptEntryError,
-    DiskFullError,
     IndexOutOfRangeError,
     InvalidArgumentError,
     QuorumLogError,
@@ -41,22 +39,26 @@ from .messages import (
     ProbeResponse,
     PushRequest,
     PushResponse,
+    ReadIndexRequest,
+    ReadIndexResponse,
     TimeoutNow,
     VoteRequest,
     VoteResponse,
     refusal,
 )
 from .pusher import Leader
+from .reads import NOT_LEADER, ReadIndex
 from .reconfig import Reconfiguration
 from .rejoin import Rejoining
-from .roles import Event, Outcome, next_role
+from .roles import Event, Outcome
+from .transitions import Transitions
 
 SUCCESS = int(ResponseCode.SUCCESS)
 _REQUESTS = (VoteRequest, HeartbeatRequest, PushRequest, TimeoutNow)
 _INPUT_ERRORS = (IndexOutOfRangeError, InvalidArgumentError)
 
 
-class RaftNode(Reconfiguration, Rejoining):
+class RaftNode(Reconfiguration, Rejoining, Transitions):
     """One member of one Raft group (a core/replica.py ReplicaCore); its membership changes are
     reconfig.py's."""
 
@@ -87,8 +89,10 @@ class RaftNode(Reconfiguration, Rejoining):
         self.joins = joining and any(p != node_id for p in peers)
         self.foreign_group_id: str | None = None  # the id of another group's CONFIG entry sent here
         self.group_id: str | None = self._initial_group_id(recorded)
+        self.reads = ReadIndex(self.member, store, config, self.stats)
         self.elector = Elector(self.member, store, config, rng, self.stats, self.peer_match,
-                               lambda p: self.leader is not None and self.leader.dispatchers[p].disk_full)
+                               lambda p: self.leader is not None and self.leader.dispatchers[p].disk_full,
+                               self.reads.next_round)
         # A pristine store (new, or wiped) probes the other members before it may vote (joining.py).
         self.joiner = Joiner.create(self.member, rng, config.heartbeat_interval_ms) if recorded is None else None
         if self.joiner is not None and not self.member.others:
@@ -190,6 +194,7 @@ class RaftNode(Reconfiguration, Rejoining):
             self._run(self.elector.tick(now_ms, out, self.can_lead(), self.handler.disk_full,
                                         wait_longer=not self.member.is_voter), now_ms, out)
             leader = self.leader
+            self.reads.expire(now_ms, out)
             if leader is not None and self.member.role == Role.LEADER:
                 leader.expire_pending(now_ms, out)
                 leader.dispatch_all(now_ms, out, tick=True)
@@ -258,6 +263,18 @@ class RaftNode(Reconfiguration, Rejoining):
                                for r in requests)
         return self._finish(out, before)
 
+    def read_index(self, request_ids: Sequence[RequestId], now_ms: int) -> Ready:
+        """Linearizable read points for these requests (reads.py): each is answered by a Completion of kind
+        READ_INDEX once this node's commit index is one no read can have seen exceeded when it arrived."""
+        out, before = self._begin(now_ms)
+        if self.foreign_group_id is not None or self.joiner is not None or self.member.role == Role.CANDIDATE:
+            m = self.member
+            out.completions.extend(Completion(r, NOT_LEADER, READ_INDEX, term=m.term, leader_id=m.leader_id)
+                                   for r in request_ids)
+        elif self.reads.request(list(request_ids), now_ms, out):
+            self.elector.send_heartbeats(now_ms, out)
+        return self._finish(out, before)
+
     def transfer_leader(self, target: str, now_ms: int, request_id: int | None = None) -> Ready:
         """Hand leadership to `target`; the outcome arrives as a Completion of kind "transfer"."""
         out, before = self._begin(now_ms)
@@ -302,8 +319,11 @@ class RaftNode(Reconfiguration, Rejoining):
         self._sync_config()
         if self.pending_change is not None or (m.role == Role.LEADER and not m.is_voter):
             self._config_committed(out)
-        if (m.role, m.term, m.leader_id) != before:
+        changed = (m.role, m.term, m.leader_id) != before
+        if changed:
             out.changes.append(RoleChange(m.role, m.term, m.leader_id))
+        leader = self.leader
+        self.reads.after(changed, leader is not None and leader.commit >= leader.term_start, out)
         store = self.store
         out.must_flush = store.durable_index < store.end_index
         return out
@@ -353,6 +373,11 @@ class RaftNode(Reconfiguration, Rejoining):
                     self.elector.transfer_progress(out)
             elif msg.code == SUCCESS:  # type: ignore[union-attr]
                 leader.on_heartbeat_response(msg.sender, msg.end_index, now, out)  # type: ignore[union-attr]
+                if self.reads.on_ack(msg.sender, msg.round, out):  # type: ignore[union-attr]
+                    self.elector.send_heartbeats(now, out)  # requests wait for a round: the next one now
+        elif cls is ReadIndexRequest or cls is ReadIndexResponse:
+            if self.reads.on_message(msg, now, out):  # type: ignore[arg-type]
+                self.elector.send_heartbeats(now, out)
         elif cls is VoteRequest:
             outcome = self.elector.on_vote_request(msg, now, out, self.can_vote())  # type: ignore[arg-type]
             if outcome is not None and outcome.event is Event.HIGHER_TERM:
@@ -401,7 +426,7 @@ class RaftNode(Reconfiguration, Rejoining):
                 self.recover_leader_term = msg.term
             handler.apply_commit(msg.commit_index)
             out.messages.append(HeartbeatResponse(m.group, m.node_id, msg.sender, m.term, SUCCESS,
-                                                  self.store.end_index))
+                                                  self.store.end_index, msg.round))
         else:  # TimeoutNow: our leader hands over; campaign at once, past the voters' leader lease
             if self.can_lead():
                 self.stats["timeout_now_campaigns"] += 1
@@ -413,83 +438,3 @@ class RaftNode(Reconfiguration, Rejoining):
         answer = refusal(msg, self.node_id, self.member.term, code, self.store.end_index, self.store.begin_index)
         if answer is not None:
             out.messages.append(answer)
-
-    # -- role transitions: the only writer of role, term, leader and vote ------------------------
-    def _run(self, outcome: Outcome | None, now: int, out: Ready) -> None:
-        """Make the transition `outcome` calls for and those it leads to (a won pre-vote campaigns)."""
-        while outcome is not None:
-            outcome = self._transition(outcome, now, out)
-
-    def _transition(self, o: Outcome, now: int, out: Ready) -> Outcome | None:
-        m = self.member
-        event = o.event
-        role = next_role(m.role, event)
-        if role is None:
-            self.stats[f"bug_transition_{m.role.name}_{event.name}"] += 1
-            return None
-        if event is Event.VOTED:
-            m.set_term(m.term, o.by)  # durable before the granting answer leaves
-            return None
-        if role is Role.FOLLOWER:
-            if event is Event.LEADER_SEEN and m.role is Role.FOLLOWER:
-                m.leader_id = o.leader  # our term's leader, first heard of
-            else:
-                self._become_follower(max(o.term, m.term), o.leader, now, out, o.by)
-            return None
-        if role is Role.CANDIDATE:
-            if event is Event.ELECTION_TIMEOUT and self.config.pre_vote:
-                m.role = Role.CANDIDATE
-                m.leader_id = None
-                return self.elector.start_pre_vote(now, out)
-            m.set_term(m.term + 1, m.node_id)
-            m.role = Role.CANDIDATE
-            m.leader_id = None
-            self.handler.reset()  # the previous leader's pushes no longer apply
-            return self.elector.start_campaign(now, out, transfer=event is Event.TIMEOUT_NOW)
-        self._become_leader(now, out)
-        return None
-
-    def _become_follower(self, term: int, leader: str | None, now: int, out: Ready, by: str | None) -> None:
-        m = self.member
-        was_leader = m.role == Role.LEADER
-        new_term = term > m.term
-        if new_term:
-            m.set_term(term, None)
-        if was_leader:
-            self._leave_leadership(leader, by, out)
-        if new_term or m.role != Role.FOLLOWER or m.leader_id != leader:
-            self.handler.reset()
-        m.role = Role.FOLLOWER
-        m.leader_id = leader
-        self.elector.on_become_follower(now, leader is not None, was_leader or new_term)
-
-    def _leave_leadership(self, leader: str | None, by: str | None, out: Ready) -> None:
-        el = self.elector
-        if el.transferring:
-            won = by is not None and by == el.transfer_target
-            el.finish_transfer(SUCCESS if won else int(ResponseCode.TAKE_LEADERSHIP_FAILED), out,
-                               leader_id=by if won else leader)
-        if self.leader is not None:
-            self.leader.step_down(leader, out)
-        self._abandon_change(leader, out)
-        self.leader = None
-        self.stats["step_downs"] += 1
-
-    def _become_leader(self, now: int, out: Ready) -> None:
-        m = self.member
-        m.role = Role.LEADER
-        m.leader_id = m.node_id
-        self.handler.reset()
-        self.stats["became_leader"] += 1
-        self.stats["partial_requests_cut"] += bool(self.producers.cut_partial_tail(self.store))
-        self.elector.on_become_leader(now)
-        # The NOOP of our term lets earlier entries commit without waiting for a client write (§5.4.2).
-        try:
-            self.store.append([b""], m.term, MAGIC_NOOP)
-        except DiskFullError:
-            self.stats["noop_disk_full"] += 1
-        self.leader = Leader(m, self.store, self.config, self.stats, self.producers, self.elector.hand_off_for_space)
-        self.leader.term_start = self.store.end_index if self.store.end_term == m.term else self.store.end_index + 1
-        self.elector.tick(now, out, True)  # heartbeat at once: followers learn the new leader
-        self.leader.dispatch_all(now, out)
-        self.leader.advance_commit(out)

@@ -63,6 +63,7 @@ class Script:
         self.queue: list[Message] = []
         self.completions: dict[str, list[Completion]] = {i: [] for i in self.ids}
         self.transcript: list[str] = []
+        self._next_read = 1 << 40  # read request ids, apart from the nodes' own
         self.auto_flush = True
         self.owed: set[str] = set()
         self.rngs = {i: random.Random(seed * 1000 + k) for k, i in enumerate(self.ids)}
@@ -184,6 +185,13 @@ class Script:
         ready = self.apply(node_id, self.nodes[node_id].change_members(change, self.clock[node_id]))
         assert ready.request_id is not None
         return ready.request_id
+
+    def read_index(self, node_id: str, count: int = 1) -> list[int]:
+        """Ask `node_id` for `count` linearizable read points at once (RaftNode.read_index); their ids."""
+        rids = [self._next_read + i for i in range(count)]
+        self._next_read += count
+        self.apply(node_id, self.nodes[node_id].read_index(rids, self.clock[node_id]))
+        return rids
 
     def transfer(self, node_id: str, target: str) -> int:
         ready = self.apply(node_id, self.nodes[node_id].transfer_leader(target, self.clock[node_id]))
