@@ -14,6 +14,7 @@ class Proposal:
     producer: SimProducer | None = None
     pid: int = 0
     seq: int = -1
+    floor: int = -1  # a read: the committed end known when it was asked (its answer may not be below)
 
 
 @dataclass(slots=True)

@@ -15,14 +15,14 @@ import shutil
 import tempfile
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..config import RaftConfig, StoreConfig
 from ..core.driver import Driver
-from ..core.ready import APPEND, Completion, Ready, RoleChange
+from ..core.ready import APPEND, READ_INDEX, Completion, Ready, RoleChange
 from ..core.role import Role
-from ..errors import CorruptEntryError, ResponseCode
+from ..errors import ResponseCode
 from ..raft.membership import Membership
 from ..raft.messages import Message, describe
 from ..raft.node import RaftNode
@@ -30,9 +30,10 @@ from ..store.base import LogStore
 from ..store.memory import MemoryStore
 from .checker import Checker, InvariantViolation
 from .clients import Proposal, SimProducer
+from .faults import SIM_MEMBER_TIMEOUT_MS, FaultInjection
 from .liveness import check_liveness
 from .members import draw_change, spare_ids
-from .network import LinkFaults, Network, partition_links, ring_links
+from .network import Network
 from .nodes import FillableStore, SimNode, start_persist
 from .timeline import format_trace, full_window, window_phase
 
@@ -41,12 +42,10 @@ _PRODUCER_FORGOTTEN = (ResponseCode.UNKNOWN_PRODUCER, ResponseCode.SEQUENCE_TOO_
 # Answers that say the append was written nowhere (a full disk; a leader handing over, its own disk full).
 _NOTHING_WRITTEN = (ResponseCode.DISK_FULL, ResponseCode.LEADER_TRANSFERRING)
 ALL_FAULTS = ("drop", "dup", "delay", "partition", "crash", "pause", "skew", "disk", "corrupt", "transfer",
-              "wipe", "expire", "full", "rot", "members")
+              "wipe", "expire", "full", "rot", "members", "deposed")
 SPARES = 2  # nodes beside the first members that "members" adds and removes (members.py)
 # A single node has no peer to be cut from, to hand leadership to, or to recover lost data from.
 SINGLE_NODE_FAULTS = ("drop", "dup", "delay", "crash", "pause", "skew", "expire")
-# Virtual time after which a leader's expiry stops waiting for a silent member (it is reset on return).
-SIM_MEMBER_TIMEOUT_MS = 1500
 # A producer gives up a request after SIM_RETRY_MS (as a client after its retry_timeout) and continues
 # under a new id; entries expire only SIM_RETENTION_MS after they committed. Retention longer than any
 # retry is the idempotent producer's operating condition (a forgotten producer's retry is new to the
@@ -77,7 +76,7 @@ class SimConfig:
     raft: RaftConfig = SIM_RAFT
 
 
-class Cluster:
+class Cluster(FaultInjection):
     def __init__(self, seed: int, cfg: SimConfig) -> None:
         if cfg.nodes == 1 and not set(cfg.faults) <= set(SINGLE_NODE_FAULTS):
             raise ValueError(f"a single node takes only the faults {', '.join(SINGLE_NODE_FAULTS)}")
@@ -92,6 +91,11 @@ class Cluster:
         spares = spare_ids(cfg.nodes, SPARES) if "members" in self.faults and cfg.nodes >= 3 else []
         self.ids = self.members + spares
         self.members_rng = random.Random(seed + (8 << 32))
+        self.reads_rng = random.Random(seed + (10 << 32))  # linearizable reads (ends): their own stream
+        # "deposed": one seed in four runs without check-quorum, so a leader cut off keeps believing it leads
+        # until it hears of a newer term; reads asked of it must still never be answered stale.
+        deposed = "deposed" in self.faults and random.Random(seed + (12 << 32)).random() < 0.25
+        self.raft = replace(cfg.raft, check_quorum=False) if deposed else cfg.raft
         self.time = 0
         self.step_no = 0
         self.net = Network(random.Random(self.rng.getrandbits(64)))
@@ -159,7 +163,7 @@ class Cluster:
         node_id = sim.id
         member = node_id in self.members
         sim.node = RaftNode(node_id, GROUP, self.members if member else [*self.members, node_id], sim.store,
-                            self.cfg.raft, random.Random(self.rng.getrandbits(64)), joining=not member)
+                            self.raft, random.Random(self.rng.getrandbits(64)), joining=not member)
         sim.driver = Driver(sim.node, self._send, lambda c: self._complete(node_id, c),
                             lambda ch: self._changed(node_id, ch), lambda: self._start_flush(sim),
                             lambda: self._start_persist(sim))
@@ -287,7 +291,9 @@ class Cluster:
         self.stats[f"{p.kind}_{code.name}"] += 1
         self._trace(node_id, f"COMPLETE {p.kind} #{c.request_id} {code.name} {c.first_index}..{c.last_index} "
                              f"t{c.term}")
-        if c.kind == APPEND and code == ResponseCode.SUCCESS:
+        if c.kind == READ_INDEX and code == ResponseCode.SUCCESS:
+            self._check_read(node_id, p, c)
+        elif c.kind == APPEND and code == ResponseCode.SUCCESS:
             self.checker.on_ack(node_id, c, p.bodies)  # a duplicate's answer names the original entries
             if p.producer is not None and p.producer.pid == p.pid:
                 p.producer.unacked.pop(p.seq, None)
@@ -335,88 +341,6 @@ class Cluster:
         self.checker.check()
         if phase != "faults":
             check_liveness(self, step)
-
-    def _inject_faults(self) -> None:
-        rng = self.rng
-        f = self.faults
-        t = self.time
-        if self.step_no % 100 == 1:
-            self.net.faults = LinkFaults(
-                drop=rng.uniform(0, 0.15) if "drop" in f else 0.0,
-                duplicate=rng.uniform(0, 0.1) if "dup" in f else 0.0,
-                min_delay_ms=1,
-                max_delay_ms=rng.randint(5, 60) if "delay" in f else 5)
-        if "partition" in f:
-            if self.net.blocked and t >= self.partition_until:
-                self.net.partition("", ())
-                self._trace("net", "partition healed")
-            elif not self.net.blocked and rng.random() < 0.02:
-                self._partition()
-        running = [i for i in self.ids if self.sims[i].node is not None]
-        if "crash" in f and running and rng.random() < 0.01:
-            # Some downtimes outlast the leader's member timeout, so expiry stops waiting for the node
-            # and it must be reset when it returns.
-            long_down = "expire" in f and rng.random() < 0.2
-            self.crash(rng.choice(running), t + (SIM_MEMBER_TIMEOUT_MS + 500 if long_down else rng.randint(20, 800)))
-        if "pause" in f and running and rng.random() < 0.01:
-            self.pause(rng.choice(running), t + rng.randint(20, 600))
-        if "full" in f and rng.random() < 0.006:
-            self._fill_disk(rng.choice(self.ids), t + rng.randint(50, 1500))
-        if "rot" in f and self.rot_rng.random() < 0.003:
-            self._rot(self.sims[self.rot_rng.choice(self.ids)])
-
-    def _rot(self, sim: SimNode) -> None:
-        """A read (or the scrub) meets a damaged committed entry of a running node's: it cuts its log there
-        (a leader steps down) and re-fetches it; one storage fault at a time, as at a crash."""
-        store, node = sim.store, sim.node
-        if (node is None or sim.paused_until is not None or self.checker.damaged
-                or store.committed_index < store.begin_index
-                or any(s.node is None or s.node.recovering or s.node.joining for s in self.sims.values())):
-            return
-        index = self.rot_rng.randint(store.begin_index, store.committed_index)
-        self._apply(sim, node.report_corruption(CorruptEntryError("bit rot", index=index), sim.now(self.time)))
-        self.checker.on_cut(sim.id, store)
-        self.stats["rots"] += 1
-        self._trace(sim.id, f"ROT: entry {index} found damaged; log cut to {store.end_index}")
-
-    def _fill_disk(self, node_id: str, until: int) -> None:
-        """The node's disk is full until `until` (or the heal): its store refuses appends, nothing written."""
-        sim = self.sims[node_id]
-        if not isinstance(sim.store, FillableStore) or sim.store.full:
-            return
-        sim.store.full = True
-        sim.full_until = until
-        self.stats["disks_full"] += 1
-        self._trace(node_id, f"DISK FULL until {until}")
-
-    def _free_disk(self, sim: SimNode) -> None:
-        if isinstance(sim.store, FillableStore) and sim.store.full:
-            sim.store.full = False
-            self._trace(sim.id, "disk space back")
-        sim.full_until = None
-
-    def _partition(self) -> None:
-        rng = self.rng
-        ids = list(self.ids)
-        kinds = ["halves", "isolate_leader", "bridge"] + (["ring"] if len(ids) >= 5 else [])
-        kind = rng.choice(kinds)
-        rng.shuffle(ids)
-        if kind == "halves":
-            k = rng.randint(1, len(ids) - 1)
-            blocked = partition_links([ids[:k], ids[k:]])
-        elif kind == "isolate_leader":
-            leader = self.known_leader or ids[0]
-            blocked = partition_links([[leader], [i for i in ids if i != leader]])
-        elif kind == "bridge":
-            bridge, rest = ids[0], ids[1:]
-            k = max(1, len(rest) // 2)
-            blocked = partition_links([rest[:k], rest[k:]], bridges=[bridge])
-        else:
-            blocked = ring_links(ids)
-        self.net.partition(kind, blocked)
-        self.partition_until = self.time + rng.randint(100, 1500)
-        self.stats[f"partition_{kind}"] += 1
-        self._trace("net", f"PARTITION {kind} {sorted(blocked)}")
 
     def _heal(self) -> None:
         self.heal_started = self.time
@@ -495,6 +419,8 @@ class Cluster:
             self.outstanding[(target, sim.incarnation, rid)] = Proposal(APPEND, bodies, self.time)
             self._trace(target, f"PROPOSE #{rid} {n} entries")
             self._apply(sim, sim.node.propose(bodies, sim.now(self.time), request_id=rid))
+        if self.reads_rng.random() < 0.1:
+            self._read()
         if "transfer" in self.faults and rng.random() < 0.004:
             leaders = [s for s in self.sims.values() if s.node is not None and s.node.is_leader]
             if leaders:
@@ -505,6 +431,31 @@ class Cluster:
                 self.outstanding[(src.id, src.incarnation, rid)] = Proposal("transfer", [], self.time)
                 self._trace(src.id, f"TRANSFER #{rid} to {target}")
                 self._apply(src, src.node.transfer_leader(target, src.now(self.time), request_id=rid))
+
+    def _read(self) -> None:
+        """A linearizable read point (an END query) of a random node, leader or follower (raft/reads.py)."""
+        rng = self.reads_rng
+        target = self.known_leader if self.known_leader is not None and rng.random() < 0.5 else rng.choice(self.ids)
+        sim = self.sims[target]
+        if sim.node is None or sim.paused_until is not None:
+            return
+        rid = sim.node._request_id(None)
+        floor = len(self.checker.ref) - 1  # committed before the request: a read must see all of it
+        self.outstanding[(target, sim.incarnation, rid)] = Proposal("end", [], self.time, floor=floor)
+        self._trace(target, f"END #{rid} (committed end known: {floor})")
+        self._apply(sim, sim.node.read_index([rid], sim.now(self.time)))
+
+    def _check_read(self, node_id: str, p: Proposal, c: Completion) -> None:
+        """A linearizable end is never below what was committed when it was asked (a deposed leader's or a
+        lagging follower's own commit would be), and the answering node has committed that far."""
+        store = self.sims[node_id].store
+        if c.last_index < p.floor:
+            raise InvariantViolation(f"{node_id} answered a linearizable end {c.last_index}, below {p.floor}, "
+                                     f"committed before the request (at {p.at} ms)")
+        if store.committed_index < c.last_index:
+            raise InvariantViolation(f"{node_id} answered read index {c.last_index} with its commit at "
+                                     f"{store.committed_index}")
+        self.stats["end_reads_checked"] += 1
 
     def _change_members(self) -> None:
         """Now and then the leader is asked for a membership change (members.py)."""
