@@ -289,3 +289,24 @@ def test_ten_thousand_operations_in_seconds() -> None:
     r = lc.check(h, timeout=20)
     assert r.verdict == "violation" and f"#{planted} " in r.report
     assert time.perf_counter() - t0 < 10
+
+
+def test_from_history_ops_with_linearizable_ends() -> None:
+    """Recorded END answers (real indexes, control entries among them) join the history: an end below an
+    append acknowledged before it was asked is stale; one that names an entry not yet appended is a phantom."""
+
+    @dataclasses.dataclass
+    class End:
+        client: str
+        invoked: float
+        completed: float
+        committed: int
+
+    a, b = Op(b"w0-0", 0.0, 1.0, 1), Op(b"w1-0", 2.0, 3.0, 3)
+    log = [(1, b"w0-0"), (3, b"w1-0")]
+    good = [End("r", 1.5, 1.6, 2), End("r", 4.0, 4.1, 3), End("r", 0.1, 0.9, 0)]  # 2: a NOOP after w0-0
+    ops = lc.from_history_ops([a, b], log, ends=good)
+    assert [op.index for op in ops if op.kind == lc.END] == [0, 1, -1]
+    assert lc.check(ops).ok
+    assert not lc.check(lc.from_history_ops([a, b], log, ends=[End("r", 4.0, 4.1, 1)])).ok  # b is missing
+    assert not lc.check(lc.from_history_ops([a, b], log, ends=[End("r", 0.1, 0.2, 3)])).ok  # b not yet asked

@@ -117,6 +117,15 @@ def end(client: Hashable, call: float, ret: float, value: int, *, committed: boo
     return Operation("committed" if committed else END, client, call, ret, OK, index=value, group=group, label=label)
 
 
+class HistoryEnd(Protocol):
+    """A recorded linearizable END query: the committed index it answered (a real log index)."""
+
+    client: Hashable
+    invoked: float
+    completed: float
+    committed: int
+
+
 class HistoryOp(Protocol):
     """tests/server/history.py's Op: one append, acknowledged at `index` or failed with `error`."""
 
@@ -134,9 +143,10 @@ def _client_of(op: HistoryOp) -> Hashable:
 
 def from_history_ops(ops: Iterable[HistoryOp], log: Sequence[tuple[int, bytes]] | None = None, *, begin: int = 0,
                      definite_errors: Iterable[str] = (), client_of: Callable[[HistoryOp], Hashable] = _client_of,
-                     group: str = "") -> list[Operation]:
+                     group: str = "", ends: Iterable[HistoryEnd] = ()) -> list[Operation]:
     """Operations from recorded appends, plus (with `log`, the committed client entries read at the end)
-    one final read of the whole log after every call returned.
+    one final read of the whole log after every call returned, and the linearizable ends answered (`ends`,
+    only with `log`: an end's real index becomes the position of the last client entry at or below it).
 
     An error is uncertain (the append may have been written) unless its name is in `definite_errors`.
     With `log`, indexes are renumbered to positions among the log's client entries, since the real log
@@ -167,6 +177,9 @@ def from_history_ops(ops: Iterable[HistoryOp], log: Sequence[tuple[int, bytes]] 
         else:
             out.append(append(who, op.invoked, None, [op.body], group=group, label=op.error or ""))
     if log is not None:
+        for e in ends:
+            out.append(end(e.client, e.invoked, e.completed, bisect.bisect_right(positions, e.committed) - 1,
+                           group=group, label=f"committed index {e.committed}"))
         finite = [t for op in ops for t in (op.invoked, op.completed) if t != math.inf]
         at_t = (max(finite) if finite else 0.0) + 1.0
         out.append(read("final read", at_t, at_t, 0, [b for _, b in log], limit=len(log) + 1, group=group,

@@ -295,14 +295,21 @@ class Schema:
     `decode` returns a namedtuple named after the schema, so fields read as attributes.
     For responses, `generic_errors=True` means a non-SUCCESS code is answered with ERROR's layout
     (code, reason, leader) instead of this schema's; see decode_response().
+    `defaults` are the values of the last len(defaults) fields when a body ends before them: fields added in
+    a later protocol version, which a peer of an earlier one neither sends nor reads (encode them only on a
+    connection of the version that added them).
     """
 
-    __slots__ = ("name", "fields", "types", "record", "generic_errors", "_bytes_at", "_checks", "_passes")
+    __slots__ = ("name", "fields", "types", "record", "generic_errors", "defaults", "_bytes_at", "_checks",
+                 "_passes")
 
     def __init__(self, name: str, fields: Sequence[tuple[str, FieldType]], *,
-                 generic_errors: bool = True) -> None:
+                 generic_errors: bool = True, defaults: tuple[Any, ...] = ()) -> None:
         self.name = name
         self.fields = tuple(fields)
+        if len(defaults) > len(self.fields):
+            raise ValueError(f"{name}: more defaults than fields")
+        self.defaults = defaults
         self.types = tuple(t for _, t in self.fields)
         self.record: Any = namedtuple(name, [n for n, _ in self.fields])  # type: ignore[misc]
         self.generic_errors = generic_errors
@@ -317,16 +324,21 @@ class Schema:
     def validate(self, values: Sequence[Any]) -> Any:
         """Check already-unpacked values; return them as this schema's record."""
         self.check(values)
+        if len(values) < len(self.fields):  # (check allows only a shorter body the defaults complete)
+            values = (*values, *self.defaults[len(values) - len(self.fields):])
         return self.record._make(values)
 
     def check(self, values: Sequence[Any]) -> None:
-        """Raise ProtocolError, naming the first field that does not fit, unless `values` fit."""
+        """Raise ProtocolError, naming the first field that does not fit, unless `values` fit (a body that
+        ends before fields with defaults fits too)."""
         if self._passes(values):  # one compiled expression: the common case, every message received
             return
         if not isinstance(values, list | tuple):
             raise ProtocolError(f"{self.name}: body is not an array")
-        if len(values) != len(self._checks):
-            raise ProtocolError(f"{self.name}: expected {len(self._checks)} fields, got {len(values)}")
+        n = len(self._checks)
+        if not n - len(self.defaults) <= len(values) <= n:
+            expected = f"{n - len(self.defaults)} to {n}" if self.defaults else f"{n}"
+            raise ProtocolError(f"{self.name}: expected {expected} fields, got {len(values)}")
         for (check, where), v in zip(self._checks, values, strict=False):  # lengths compared above
             check(v, where)
 
