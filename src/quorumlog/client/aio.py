@@ -62,9 +62,10 @@ from ..net.schemas import (
     UNTAIL_REQUEST,
 )
 from .checks import check_answer, check_bodies, check_index, decode, promotion_refusal
+from .ends import EndQueries
 from .members import MemberChanges
 from .producer import PRODUCER_WINDOW, Producer
-from .results import _BATCH_ANSWER, AppendResult, Metadata, _split, endpoint_ids, parse_endpoints
+from .results import _BATCH_ANSWER, AppendResult, EndInfo, Metadata, _split, endpoint_ids, parse_endpoints
 
 T = TypeVar("T")
 
@@ -78,7 +79,7 @@ _UNCERTAIN = frozenset({ResponseCode.TERM_CHANGED, ResponseCode.WAIT_QUORUM_ACK_
 
 
 
-class AsyncClient(MemberChanges):
+class AsyncClient(MemberChanges, EndQueries):
     """An asyncio client of one group. Use `async with AsyncClient(...) as c:` or call close()."""
 
     def __init__(self, endpoints: str | Sequence[str], group: str = "g0", *, cluster: str = "quorumlog",
@@ -625,4 +626,4 @@ class AsyncClient(MemberChanges):
         return r.primary or target, int(r.epoch)
 
 
-__all__ = ["AppendResult", "AsyncClient", "Metadata", "NotLeaderError", "parse_endpoints"]
+__all__ = ["AppendResult", "AsyncClient", "EndInfo", "Metadata", "NotLeaderError", "parse_endpoints"]

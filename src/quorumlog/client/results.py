@@ -1,5 +1,5 @@
-"""What the clients return and accept: append results, group metadata, endpoints, and the batch answer's
-schema with its fast positions check."""
+"""What the clients return and accept: append results, group metadata, a group's end, endpoints, and the
+batch answer's schema with its fast positions check."""
 
 from __future__ import annotations
 
@@ -33,6 +33,17 @@ class Metadata:
     # Each member's whole status document (its histograms included): kept out of the repr, which prints
     # the leader, term and members.
     nodes: dict[str, dict[str, Any] | None] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class EndInfo:
+    """A group's end (its last index), committed index and term (a primary/backup group's epoch), as node
+    `node` answered an END (AsyncClient.end)."""
+
+    end: int
+    committed: int
+    term: int
+    node: str
 
 
 def parse_endpoints(endpoints: str | Sequence[str]) -> list[str]:

@@ -17,7 +17,7 @@ from ..errors import QuorumLogError, ResponseCode
 from ..net.loop import loop_factory
 from .aio import AsyncClient
 from .members import Members
-from .results import AppendResult, Metadata
+from .results import AppendResult, EndInfo, Metadata
 
 T = TypeVar("T")
 
@@ -151,6 +151,10 @@ class Client:
 
     def node_status(self, addr: str, *, all_groups: bool = False) -> dict[str, Any]:
         return self._run(self._ac.node_status(addr, all_groups=all_groups))
+
+    def end(self, group: str | None = None, consistency: str = "linearizable", *, node: str | None = None) -> EndInfo:
+        """The group's end, committed index and term: "linearizable" or "local" (AsyncClient.end)."""
+        return self._run(self._ac.end(group, consistency, node=node))
 
     def transfer_leader(self, target: str) -> str | None:
         return self._run(self._ac.transfer_leader(target))

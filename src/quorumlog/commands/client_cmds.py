@@ -1,4 +1,5 @@
-"""`quorumlog append | read | tail | status | transfer-leader | promote`: the client operations from a shell."""
+"""`quorumlog append | read | tail | end | status | transfer-leader | promote`: the client operations from a
+shell."""
 
 from __future__ import annotations
 
@@ -92,6 +93,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--from", dest="start", type=non_negative, help="start at this index instead")
     p.add_argument("--format", choices=("raw", "hex", "json"), default="raw")
     p.set_defaults(func=_tail)
+
+    p = sub.add_parser("end", help="a group's end, committed index and term (linearizable, or --local)",
+                       description="Print the group's end (last index), committed index and term (a primary/backup "
+                                   "group's epoch) as three integers: linearizable by default (never behind an "
+                                   "append acknowledged before the command started; any member of a Raft group "
+                                   "answers, only the primary of a primary/backup group with a controller), or "
+                                   "--local: the answering node's own view, which may be behind.")
+    add_connection_args(p)
+    p.add_argument("--local", action="store_true", help="the node's own view, at once (may be behind the group's)")
+    p.add_argument("--node", help="ask this node (its id, or host:port)")
+    p.add_argument("--json", action="store_true", help="print a JSON object: end, committed, term, node")
+    p.set_defaults(func=_end)
 
     p = sub.add_parser("status", help="every node's role, term and indexes",
                        description="Ask every endpoint for its status; print a table (or --json).")
@@ -238,6 +251,16 @@ def _tail(args: argparse.Namespace) -> int:
                 sys.stdout.flush()
         except KeyboardInterrupt:
             return 0
+    return 0
+
+
+def _end(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        info = c.end(args.group, "local" if args.local else "linearizable", node=args.node)
+    if args.json:
+        print(json.dumps({"end": info.end, "committed": info.committed, "term": info.term, "node": info.node}))
+    else:
+        print(f"{info.end} {info.committed} {info.term}")
     return 0
 
 

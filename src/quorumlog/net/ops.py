@@ -29,6 +29,7 @@ class Op(IntEnum):
     LEADERSHIP_TRANSFER = 18
     PROMOTE = 19  # primary/backup: make a backup the primary (RocketMQ's manual switch)
     CHANGE_MEMBERS = 20  # Raft: add a learner, promote it, remove a member or move one (raft/membership.py)
+    END = 21  # the group's end, committed index and term, linearizable or local (server/ends.py)
     # Raft, between peers.
     VOTE = 30
     HEART_BEAT = 31

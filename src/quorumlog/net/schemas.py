@@ -53,6 +53,7 @@ def _resp(op: Op, *fields: tuple[str, FieldType], generic_errors: bool = True) -
 
 NODE_ID = Str(255)
 GROUP = Str(255)
+TERM = Int(0, I64_MAX, "term")
 
 # --- connection -------------------------------------------------------------------------------------
 HELLO_REQUEST = _req(Op.HELLO, ("version", U16), ("cluster", Str(255)), ("node_id", NODE_ID))
@@ -111,6 +112,12 @@ CHANGE_MEMBERS_REQUEST = _req(Op.CHANGE_MEMBERS, ("group", GROUP), ("action", St
                               ("address", OPT_STR))
 CHANGE_MEMBERS_RESPONSE = _resp(Op.CHANGE_MEMBERS, ("index", INT), ("voters", List(NODE_ID)),
                                 ("learners", List(NODE_ID)), ("addresses", Map(STR)))
+# The group's end, its committed index and the term (a primary/backup group's epoch) as this node answers:
+# "linearizable" (no end older than the request: a ReadIndex, or a primary's controller record) or "local"
+# (this replica's own, at once). Any other consistency is refused UNEXPECTED_ARGUMENT (server/ends.py).
+CONSISTENCIES = ("linearizable", "local")
+END_REQUEST = _req(Op.END, ("group", GROUP), ("consistency", Str(32)))
+END_RESPONSE = _resp(Op.END, ("end_index", INDEX), ("committed", INDEX), ("term", TERM))
 
 # --- Raft peer messages -----------------------------------------------------------------------------
 # Peers exchange the Raft core's messages as ONEWAY frames (the core is asynchronous: an answer may
@@ -119,7 +126,6 @@ CHANGE_MEMBERS_RESPONSE = _resp(Op.CHANGE_MEMBERS, ("index", INT), ("voters", Li
 # Field order is the message dataclasses' order (src/quorumlog/raft/messages.py).
 PEER_REQUEST = 0
 PEER_RESPONSE = 1
-TERM = Int(0, I64_MAX, "term")
 ROUND = Int(0, I64_MAX, "round")  # a heartbeat's ReadIndex round (raft/reads.py)
 CTX = Int(0, I64_MAX, "ctx")  # a follower's read-index request, echoed
 ACKED = Int(-2, I64_MAX, "acked")  # -2: nothing acknowledged

@@ -2,8 +2,9 @@
 each with the current time; output is a `Ready` (see core/ready.py for how a driver applies it).
 
 The node routes messages after checking group, target, sender and term, and (with transitions.py) is the
-only writer of role, term, leader and vote: every change goes through the transition table of roles.py. Elections live in
-elector.py (which reports outcomes), the leader's replication in pusher.py, the follower's in handler.py.
+only writer of role, term, leader and vote: every change goes through the transition table of roles.py.
+Elections live in elector.py (which reports outcomes), the leader's replication in pusher.py, the
+follower's in handler.py, linearizable read points in reads.py.
 Nothing here performs I/O beyond the store API, reads a clock or uses global randomness.
 """
 

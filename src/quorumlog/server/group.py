@@ -30,7 +30,7 @@ from typing import Any
 from ..config import GroupConfig
 from ..core.appends import AppendRequest
 from ..core.driver import Driver
-from ..core.ready import APPEND, CONFIG, Completion, Ready, RoleChange
+from ..core.ready import APPEND, CONFIG, READ_INDEX, Completion, Ready, RoleChange
 from ..core.replica import PRIMARY_BACKUP, ReplicaCore
 from ..core.role import Role
 from ..errors import CorruptEntryError, DiskError, DiskFullError, ResponseCode
@@ -44,6 +44,7 @@ from ..raft.messages import PushRequest
 from ..raft.node import RaftNode
 from ..store.file_store import store_dir
 from .codec import PeerMessage
+from .ends import Ends
 from .events import ELECTION, RECOVERY, TRANSFER, Events
 from .members import GroupMembers
 from .metrics import GroupStats
@@ -152,6 +153,7 @@ class Group:
         self.appends: list[_Append] = []
         self._transfers: dict[int, tuple[Connection, Frame, str]] = {}  # request id -> asker, request, target
         self._next_rid = 1
+        self.ends = Ends(self)  # END queries (ends.py): answered by READ_INDEX completions
         self.driver = Driver(self.node, self._send_message, self._complete, self._role_changed, self._start_flush,
                              self._persist_stable)
         self._checkpointing = False
@@ -336,6 +338,8 @@ class Group:
             self._complete_append(c)
         elif c.kind == CONFIG:
             self.members.complete(c)
+        elif c.kind == READ_INDEX:
+            self.ends.complete(c)
         else:
             self._complete_transfer(c)
 
@@ -590,6 +594,7 @@ class Group:
         for conn, frame, _target in self._transfers.values():
             conn.respond_error(frame, ResponseCode.NETWORK_ERROR, f"node {self.node_id} is shutting down")
         self._transfers.clear()
+        self.ends.close()
         await self._loop.run_in_executor(self._executor, self.store.close)
         self._executor.shutdown(wait=True)
 

@@ -31,6 +31,7 @@ from ..net.ops import Op, op_name
 from ..net.outbox import Outbox
 from ..net.schemas import (
     CHANGE_MEMBERS_REQUEST,
+    END_REQUEST,
     GET_REQUEST,
     GET_RESPONSE,
     LEADERSHIP_TRANSFER_REQUEST,
@@ -435,6 +436,10 @@ class NodeServer(Housekeeping):
             self.tails.check(conn)
             conn.respond(f, TAIL_RESPONSE.ok(g.store.committed_index))
             self.tails.start(conn, f.request_id, g, r.from_index, r.include_control)
+            return None
+        if op == Op.END:  # answered at once (local) or once proven (ends.py)
+            r = END_REQUEST.decode(f.body)
+            self._group(r.group, conn, "read").ends.request(conn, f, r.consistency, self.controller)
             return None
         if op == Op.UNTAIL:
             r = UNTAIL_REQUEST.decode(f.body)
