@@ -58,7 +58,7 @@ from .conftest import (
     statuses,
     tmpfs,
 )
-from .history import Op, check_history, record_appends
+from .history import EndQuery, Op, check_history, record_appends, record_ends
 from .netns import NetnsCluster, Network
 
 # Each node's data group's tmpfs with --disks: room for a minute of chaos, small enough to fill in a call.
@@ -359,6 +359,7 @@ async def _run(cluster: LocalCluster, seconds: float, seed: int, raft: bool, wri
                nemesis: Nemesis) -> dict[str, Any]:
     secret = cluster.secret
     ops: list[Op] = []
+    ends: list[EndQuery] = []
     cluster.start()
     async with AsyncClient(cluster.endpoints, secret=secret) as admin:
         nemesis.admin = admin
@@ -369,6 +370,11 @@ async def _run(cluster: LocalCluster, seconds: float, seed: int, raft: bool, wri
             tasks = [record_appends(c, f"w{k}a", stop, ops) for k, c in enumerate(clients)]
             tasks += [record_batches(c, f"w{k}b", stop, ops, random.Random(seed * 100 + k))
                       for k, c in enumerate(clients)]
+            # A reader asks random nodes for the linearizable end throughout (followers forward: docs/replication.md).
+            reader = AsyncClient(cluster.endpoints, secret=secret, retry_timeout=5)
+            clients.append(reader)
+            tasks.append(record_ends(reader, "reader", [n.address for n in cluster.nodes], stop, ends,
+                                     random.Random(seed * 100 + 99)))
             await asyncio.gather(nemesis.run(stop), *tasks)
         finally:
             for c in clients:
@@ -387,7 +393,8 @@ async def _run(cluster: LocalCluster, seconds: float, seed: int, raft: bool, wri
         for nid, other in logs.items():
             assert other == log, f"{nid}'s committed log differs from the leader's ({len(other)} and {len(log)})"
         assert begin == 0 or nemesis.disks, f"entries before {begin} expired"
-        summary = check_history(ops, log, begin)
+        summary = check_history(ops, log, begin, ends)
+        summary["ends"] = len(ends)
     exits = cluster.stop()
     assert all(code == 0 for code in exits.values()), f"a node did not stop cleanly: {exits}"
     for node in cluster.nodes:

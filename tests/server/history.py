@@ -28,9 +28,22 @@ class Op:
     error: str | None = None
 
 
-def check_history(ops: list[Op], log: list[tuple[int, bytes]], begin: int = 0) -> dict[str, int]:
-    """Raise AssertionError on loss, duplicate, phantom or a real-time order violation. `log` starts at
-    `begin` (entries before it expired): what was acknowledged there is not looked for."""
+@dataclass(slots=True)
+class EndQuery:
+    """A linearizable END answered: the committed index one node gave (failed queries are not kept: they
+    changed nothing and told nothing)."""
+
+    client: str
+    invoked: float
+    completed: float
+    committed: int
+
+
+def check_history(ops: list[Op], log: list[tuple[int, bytes]], begin: int = 0,
+                  ends: list[EndQuery] | None = None) -> dict[str, int]:
+    """Raise AssertionError on loss, duplicate, phantom or a real-time order violation, or (through the
+    linearizability checker) on an END answer behind an append acknowledged before it was asked. `log`
+    starts at `begin` (entries before it expired): what was acknowledged there is not looked for."""
     where: dict[bytes, int] = {}
     for index, body in log:
         assert body not in where, f"{body!r} written twice: at {where[body]} and {index}"
@@ -55,7 +68,7 @@ def check_history(ops: list[Op], log: list[tuple[int, bytes]], begin: int = 0) -
                                 f"{highest} acknowledged earlier"
     # And the whole history through the linearizability checker (quorumlog.lincheck): the log at the end is
     # one more read, every error an append that may or may not have happened.
-    result = lincheck.check(lincheck.from_history_ops(ops, log, begin=begin), timeout=60)
+    result = lincheck.check(lincheck.from_history_ops(ops, log, begin=begin, ends=ends or ()), timeout=60)
     assert result.ok, result.report
     return {"acked": sum(op.index is not None for op in ops), "failed": sum(op.error is not None for op in ops),
             "unacked_but_written": sum(op.index is None and op.body in where for op in ops),
@@ -75,6 +88,22 @@ async def record_appends(c: AsyncClient, name: str, stop: float, ops: list[Op]) 
         except QuorumLogError as e:
             op.error = type(e).__name__
         op.completed = time.monotonic()
+
+
+async def record_ends(c: AsyncClient, name: str, nodes: list[str], stop: float, ends: list[EndQuery],
+                      rng: random.Random) -> None:
+    """Until `stop`, ask a random node (of `nodes`: addresses) for the group's linearizable end, keeping
+    every answer in `ends`."""
+    loop = asyncio.get_running_loop()
+    while loop.time() < stop:
+        t = time.monotonic()
+        try:
+            info = await c.end(node=rng.choice(nodes))
+        except QuorumLogError:
+            pass
+        else:
+            ends.append(EndQuery(name, t, time.monotonic(), info.committed))
+        await asyncio.sleep(rng.uniform(0.005, 0.05))
 
 
 async def fault_leaders(c: AsyncClient, cluster: LocalCluster, stop: float, rng: random.Random,

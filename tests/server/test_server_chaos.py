@@ -20,14 +20,14 @@ from .netns import Network, unavailable
 @pytest.mark.parametrize("seed", [20261126])
 def test_raft_chaos_on_every_node_loses_nothing_acknowledged(tmp_path: Path, seed: int) -> None:
     s = asyncio.run(run_chaos(tmp_path, 20.0, seed, raft=True))
-    assert s["acked"] > 200 and s["faults"] >= 8, s
+    assert s["acked"] > 200 and s["faults"] >= 8 and s["ends"] > 20, s
     print(f"raft chaos: {s}")
 
 
 @pytest.mark.slow
 def test_primary_backup_chaos_on_every_node_loses_nothing_acknowledged(tmp_path: Path) -> None:
     s = asyncio.run(run_chaos(tmp_path, 20.0, 20261127, raft=False))
-    assert s["acked"] > 100 and s["faults"] >= 8, s
+    assert s["acked"] > 100 and s["faults"] >= 8 and s["ends"] > 20, s
     print(f"primary/backup chaos: {s}")
 
 
@@ -57,4 +57,5 @@ def test_chaos_with_partitions_and_full_disks_loses_nothing_acknowledged(tmp_pat
     disks = tmpfs_unavailable(tmp_path / "probe") is None
     s = asyncio.run(run_chaos(tmp_path / "run", 20.0, 20261128 + raft, raft=raft, net=network, disks=disks))
     assert s["acked"] > 100 and s["kinds"]["partition"] >= 1 and (s["kinds"]["full"] >= 1 or not disks), s
+    assert s["ends"] > 20, s
     print(f"chaos with partitions{' and full disks' if disks else ''}: {s}")
