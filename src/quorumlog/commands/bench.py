@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import signal
 import socket
 import statistics
@@ -59,7 +60,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--no-idempotent", dest="idempotent", action="store_false",
                    help="plain appends, without the idempotent producer's (producer, sequence)")
+    p.add_argument("--ends", type=_fraction, default=0.0, metavar="F",
+                   help="this fraction of the throughput phase's requests are END queries (default 0; e.g. 0.1)")
+    p.add_argument("--end-consistency", choices=("linearizable", "local"), default="linearizable",
+                   help="the consistency of those END queries (default linearizable: a ReadIndex round each)")
     p.set_defaults(func=_bench)
+
+
+def _fraction(text: str) -> float:
+    v = float(text)
+    if not 0.0 <= v < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text}")
+    return v
 
 
 def _secret(args: argparse.Namespace) -> str | None:
@@ -161,8 +173,10 @@ async def _throughput(args: argparse.Namespace, progress: Any) -> dict[str, Any]
     # same array with three more fields, so only those are packed per request.
     head, fields = b"\x95", body[1:]
     lat: list[float] = []
+    end_lat: list[float] = []
     done = [0]
     loop = asyncio.get_running_loop()
+    draw = random.Random(0).random
 
     async def send(c: AsyncClient) -> None:
         if not args.idempotent:
@@ -183,6 +197,10 @@ async def _throughput(args: argparse.Namespace, progress: Any) -> dict[str, Any]
     async def worker(c: AsyncClient) -> None:
         while loop.time() < stop_at:
             t = time.perf_counter()
+            if args.ends and draw() < args.ends:  # (the client asks its known leader: one ReadIndex round)
+                await c.end(consistency=args.end_consistency)
+                end_lat.append(time.perf_counter() - t)
+                continue
             await send(c)
             lat.append(time.perf_counter() - t)
             done[0] += batch
@@ -200,9 +218,12 @@ async def _throughput(args: argparse.Namespace, progress: Any) -> dict[str, Any]
         for c in clients:
             await c.close()
     rate = done[0] / elapsed
-    return {"entries": done[0], "seconds": round(elapsed, 3), "appends_per_s": round(rate),
-            "mib_per_s": round(rate * args.size / (1 << 20), 1), "request_latency": _lat(lat),
-            "retries": retries}
+    out = {"entries": done[0], "seconds": round(elapsed, 3), "appends_per_s": round(rate),
+           "mib_per_s": round(rate * args.size / (1 << 20), 1), "request_latency": _lat(lat), "retries": retries}
+    if end_lat:
+        out.update(ends=len(end_lat), ends_per_s=round(len(end_lat) / elapsed), end_latency=_lat(end_lat),
+                   end_consistency=args.end_consistency)
+    return out
 
 
 async def _single(args: argparse.Namespace) -> dict[str, Any]:
@@ -408,6 +429,10 @@ def _print(r: dict[str, Any]) -> None:
         t.add_row("MiB/s", f"{tp['mib_per_s']}")
         rl = tp["request_latency"]
         t.add_row("request latency p50 / p99 / max", f"{rl['p50_ms']} / {rl['p99_ms']} / {rl['max_ms']} ms")
+        if "ends" in tp:
+            el = tp["end_latency"]
+            t.add_row(f"{tp['end_consistency']} ENDs/s", f"{tp['ends_per_s']:,}")
+            t.add_row("END latency p50 / p99 / max", f"{el['p50_ms']} / {el['p99_ms']} / {el['max_ms']} ms")
     if "single" in r:
         s = r["single"]
         t.add_row("one-at-a-time p50 / p99 / max", f"{s['p50_ms']} / {s['p99_ms']} / {s['max_ms']} ms")
