@@ -12,7 +12,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from .fetch import RangeTask, data_loss, read_range
 from .offsets import EARLIEST, LATEST, even_split, parse_offsets_spec, plan_partitions, resolve_offsets
 from .options import OptionError, SourceOptions
-from .view import GroupView, Replica, cluster_view, read_groups
+from .view import GroupView, Replica, cluster_ends
 
 
 class QuorumLogPartition(InputPartition):
@@ -104,10 +104,12 @@ def make_partitions(opts: SourceOptions, view: Mapping[str, GroupView], start: M
     return out
 
 
-def batch_range(opts: SourceOptions, view: Mapping[str, GroupView],
-                groups: Sequence[str]) -> tuple[dict[str, int], dict[str, int]]:
-    """startingOffsets / endingOffsets of a batch query, resolved against the cluster."""
-    bounds = {g: view[g].bounds() for g in groups}
+def batch_range(opts: SourceOptions, view: Mapping[str, GroupView], groups: Sequence[str],
+                latest: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """startingOffsets / endingOffsets of a batch query, resolved against the cluster: earliest is the
+    first index a replica holds (STATUS), latest each group's linearizable end (`latest`, view.cluster_ends:
+    every entry acknowledged before the query planned is read)."""
+    bounds = {g: (view[g].earliest, latest[g]) for g in groups}
     s_spec = parse_offsets_spec(opts.starting_offsets, "startingOffsets")
     e_spec = parse_offsets_spec(opts.ending_offsets, "endingOffsets")
     if s_spec == LATEST or (isinstance(s_spec, dict) and LATEST in s_spec.values()):
@@ -126,9 +128,8 @@ class QuorumLogBatchReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
-        view = cluster_view(self.opts)
-        groups = read_groups(self.opts, view)
-        start, end = batch_range(self.opts, view, groups)
+        view, groups, latest = cluster_ends(self.opts)
+        start, end = batch_range(self.opts, view, groups, latest)
         return make_partitions(self.opts, view, start, end, by_replicas=True)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
