@@ -4,7 +4,8 @@ See docs/protocol.md for the byte-level specification.
 """
 
 from .bodies import Schema, decode_response, encode_error
-from .connection import Connection, Handler, connect
+from .connection import Connection, Handler
+from .dial import connect
 from .endpoint import Endpoint
 from .errors import (
     ConnectionClosedError,

@@ -9,7 +9,8 @@ import random
 import ssl as ssl_module
 from collections.abc import Callable, Mapping
 
-from .connection import Connection, Handler, connect
+from .connection import Connection, Handler
+from .dial import connect
 from .errors import (
     ConnectionClosedError,
     HandshakeError,

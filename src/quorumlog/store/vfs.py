@@ -13,7 +13,7 @@ Buffer = bytes | bytearray | memoryview
 # No file descriptor left (per process, per system): transient, nothing was opened.
 OUT_OF_FILES = frozenset({errno.EMFILE, errno.ENFILE})
 # No space left (on the device, in the quota): transient where it hits a new file, a temp file or entries
-# none of which the log took yet, since what was durable before stands (file_store.py, _unwritten_or_fail).
+# none of which the log took yet, since what was durable before stands (file_appends.py, _unwritten_or_fail).
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
