@@ -200,6 +200,14 @@ class TransferError(RequestError):
     """A leadership transfer was refused or did not complete (FALL_BEHIND_TOO_MUCH, TAKE_LEADERSHIP_FAILED…)."""
 
 
+class ReadBehindError(RequestError):
+    """A read (READ, GET, TAIL) found no node that had committed as far as the client had already seen (its
+    min_index) before its retry deadline: each answered FALL_BEHIND_TOO_MUCH or could not be reached. Nothing
+    older was returned instead; `leader` is the last leader hint."""
+
+    code = ResponseCode.FALL_BEHIND_TOO_MUCH
+
+
 class ExpectedEndMismatchError(RequestError):
     """A conditional append found another last entry in the group than it expected: nothing was written.
     `actual_end` is the index of the group's last client entry (-1: none)."""

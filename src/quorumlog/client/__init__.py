@@ -26,7 +26,10 @@ written twice, and `retry_uncertain=False` raises AppendUncertainError instead o
 
 `append(body, expected_end=I)` writes only if the group's last client entry is index I (-1: none),
 else raises ExpectedEndMismatchError with `actual_end`: optimistic concurrency for a single writer.
-Reads never return uncommitted entries; every entry read is CRC-checked on arrival.
+Reads never return uncommitted entries; every entry read is CRC-checked on arrival. Nor, by default, less
+than the client has seen committed (its appends, its reads, `end()`), whichever node answers: the client
+sends that index as `min_index`, and a node behind waits for it or names the leader (`read_your_writes`,
+client/seen.py).
 """
 
 from .aio import AsyncClient, NotLeaderError

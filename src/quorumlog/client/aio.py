@@ -66,6 +66,7 @@ from .ends import EndQueries
 from .members import MemberChanges
 from .producer import PRODUCER_WINDOW, Producer
 from .results import _BATCH_ANSWER, AppendResult, EndInfo, Metadata, _split, endpoint_ids, parse_endpoints
+from .seen import PASSED_OVER, PassedOver, SeenIndexes
 
 T = TypeVar("T")
 
@@ -79,15 +80,21 @@ _UNCERTAIN = frozenset({ResponseCode.TERM_CHANGED, ResponseCode.WAIT_QUORUM_ACK_
 
 
 
-class AsyncClient(MemberChanges, EndQueries):
-    """An asyncio client of one group. Use `async with AsyncClient(...) as c:` or call close()."""
+class AsyncClient(SeenIndexes, MemberChanges, EndQueries):
+    """An asyncio client of one group. Use `async with AsyncClient(...) as c:` or call close().
+
+    `read_your_writes` (default True): reads (read, read_batch, get, tail) never return less than the client has
+    seen committed (its appends, its earlier reads, end()), whichever node answers; a node behind waits a
+    moment, else the client asks the leader (client/seen.py). False: a node answers with what it has committed.
+    """
 
     def __init__(self, endpoints: str | Sequence[str], group: str = "g0", *, cluster: str = "quorumlog",
                  secret: str | None = None, token: str | None = None, tls: SSLContext | None = None,
                  request_timeout: float = 5.0,
                  retry_timeout: float = 15.0,
                  retry_uncertain: bool = True, connect_timeout: float = 2.0, idempotent: bool = True,
-                 producer_id: int | None = None, max_in_flight: int = PRODUCER_WINDOW) -> None:
+                 producer_id: int | None = None, max_in_flight: int = PRODUCER_WINDOW,
+                 read_your_writes: bool = True) -> None:
         self.endpoints = parse_endpoints(endpoints)
         # The node each address must be ("n1=host:port" endpoints); METADATA adds the members' addresses.
         self.node_ids: dict[str, str] = endpoint_ids(endpoints)
@@ -119,6 +126,8 @@ class AsyncClient(MemberChanges, EndQueries):
         # is recognised and answered with the original entries.
         self.idempotent = idempotent
         self.producer = Producer(producer_id, max_in_flight, self._rng)
+        self.read_your_writes = read_your_writes
+        self._seen: dict[str, int] = {}  # group -> the highest index seen committed (seen.py)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -325,18 +334,21 @@ class AsyncClient(MemberChanges, EndQueries):
         ExpectedEndMismatchError tells the actual one."""
         r = await self._append_call(Op.APPEND, body, APPEND_RESPONSE, expected_end)
         check_answer(r.index, 1, (r.pos,), False)
+        self._saw(r.index)
         return AppendResult(r.index, r.term, r.pos)
 
     async def append_many(self, bodies: Sequence[bytes], *, expected_end: int | None = None) -> list[AppendResult]:
         """Append entries as one request (one frame, one quorum wait); indexes are consecutive."""
         r = await self._append_call(Op.APPEND_BATCH, list(bodies), _BATCH_ANSWER, expected_end)
         check_answer(r.first_index, len(bodies), r.positions, self.idempotent)
+        self._saw(r.first_index + len(r.positions) - 1)
         return [AppendResult(r.first_index + i, r.term, p) for i, p in enumerate(r.positions)]
 
     async def append_batch_raw(self, bodies: Sequence[bytes]) -> tuple[int, int]:
         """append_many without building per-entry results: (first index, count). For high-rate producers."""
         r = await self._append_call(Op.APPEND_BATCH, list(bodies), _BATCH_ANSWER, None)
         check_answer(r.first_index, len(bodies), r.positions, self.idempotent)
+        self._saw(r.first_index + len(r.positions) - 1)
         return r.first_index, len(r.positions)
 
     async def _append_call(self, op: Op, bodies: bytes | list[bytes], schema: Schema,
@@ -390,14 +402,11 @@ class AsyncClient(MemberChanges, EndQueries):
             await ids.release(producer, seq)
 
     # -- reads -------------------------------------------------------------------------------------
-    async def _any_call(self, op: Op, body: bytes, schema: Schema, prefer_leader: bool = True) -> Any:
-        """A read-only request: the leader if known, else any node that answers; while none does (a cluster
-        still starting, every node restarting), tried again until retry_timeout, as appends are."""
-        return await self._until_answered(lambda addr: self._call(addr, op, body, schema), prefer_leader)
-
-    async def _until_answered(self, call: Callable[[str], Awaitable[T]], prefer_leader: bool = True) -> T:
+    async def _until_answered(self, call: Callable[[str], Awaitable[T]], prefer_leader: bool = True, *,
+                              passed_over: frozenset[int] = frozenset()) -> T:
         """`call(address)` on the first node that answers, the known ones in turn, again and again until
-        retry_timeout while none does. A node's refusal ends it at once."""
+        retry_timeout while none does. A node's refusal ends it at once, but one of `passed_over` (a read at a
+        min_index: seen.py), after which the leader it names is asked next, else the next node."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.retry_timeout
         delay = 0.01
@@ -407,11 +416,17 @@ class AsyncClient(MemberChanges, EndQueries):
                 order = [self._leader_addr] + [a for a in order if a != self._leader_addr]
             last: BaseException | None = None
             wrong: NotANodeError | None = None
-            for addr in order:
+            behind: ResponseError | None = None
+            pending = list(order)
+            while pending:
+                addr = pending.pop(0)
                 try:
                     r = await call(addr)
                 except ResponseError as e:
-                    raise error_for(e.code, e.reason, e.leader) from None
+                    if e.code not in passed_over:
+                        raise error_for(e.code, e.reason, e.leader) from None
+                    behind = last = e
+                    await self._ask_hinted_next(e, addr, pending)
                 except NotANodeError as e:
                     wrong = last = e
                 except (ConnectionClosedError, OSError, RequestTimeoutError, UnverifiedPeerError) as e:
@@ -419,12 +434,15 @@ class AsyncClient(MemberChanges, EndQueries):
                 else:
                     self.stalled = None
                     return r
-            if wrong is not None:
+            if wrong is not None and behind is None:
                 raise wrong  # no node answered, and one address is not a node's: say so at once
             if loop.time() + delay > deadline:
+                if behind is not None:
+                    raise self._behind(behind)
                 raise LeaderUnavailableError(f"no node of {', '.join(order)} answered: {last}",
                                              ResponseCode.NETWORK_ERROR)
-            self._stall(f"no node answers at {', '.join(order)}", deadline)
+            self._stall(f"group {self.group}: no node has committed index {self._min_index()} yet" if behind else
+                        f"no node answers at {', '.join(order)}", deadline)
             self.retries += 1
             await asyncio.sleep(delay * (0.5 + self._rng.random()))
             delay = min(delay * 2, 0.2)
@@ -432,19 +450,22 @@ class AsyncClient(MemberChanges, EndQueries):
     async def get(self, index: int) -> Entry:
         """The committed entry at `index` (IndexOutOfRangeError when it is not committed)."""
         check_index("index", index)
-        r = await self._any_call(Op.GET, GET_REQUEST.encode(self.group, index), GET_RESPONSE)
+        r = await self._read_call(Op.GET, GET_REQUEST, (self.group, index), GET_RESPONSE)
         entries = decode(r.entry, MAX_BODY_BYTES)
         if len(entries) != 1 or entries[0].index != index:
             raise QuorumLogError(f"node answered GET {index} with something else", ResponseCode.INCONSISTENT_STATE)
+        self._saw(index)
         return entries[0]
 
     async def read_batch(self, start: int, max_entries: int = 10000, max_bytes: int = 4 << 20,
                          include_control: bool = False) -> tuple[list[Entry], int, int]:
         """One READ: (committed entries from `start`, the next index to ask for, the committed index)."""
         check_index("start", start)
-        body = READ_REQUEST.encode(self.group, start, max_entries, max_bytes, include_control)
-        r = await self._any_call(Op.READ, body, READ_RESPONSE)
-        return decode(r.entries, MAX_BODY_BYTES), r.next_index, r.committed_index
+        r = await self._read_call(Op.READ, READ_REQUEST, (self.group, start, max_entries, max_bytes, include_control),
+                                  READ_RESPONSE)
+        entries = decode(r.entries, MAX_BODY_BYTES)
+        self._read_up_to(start, r.next_index)
+        return entries, r.next_index, r.committed_index
 
     async def read_raw(self, start: int, max_entries: int = 10000, max_bytes: int = 4 << 20, *,
                        node: str | None = None) -> tuple[bytes, int, int]:
@@ -454,8 +475,9 @@ class AsyncClient(MemberChanges, EndQueries):
         if node is not None:
             data, nxt, committed = await self.read_view(start, max_entries, max_bytes, node)
             return bytes(data), nxt, committed
-        r = await self._any_call(Op.READ, READ_REQUEST.encode(self.group, start, max_entries, max_bytes, False),
-                                 READ_RESPONSE)
+        r = await self._read_call(Op.READ, READ_REQUEST, (self.group, start, max_entries, max_bytes, False),
+                                  READ_RESPONSE)
+        self._read_up_to(start, r.next_index)
         return r.entries, r.next_index, r.committed_index
 
     async def read_view(self, start: int, max_entries: int, max_bytes: int, node: str) -> tuple[memoryview, int, int]:
@@ -467,6 +489,7 @@ class AsyncClient(MemberChanges, EndQueries):
             r = decode_response_view(READ_RESPONSE, f.body)
         except ResponseError as e:
             raise error_for(e.code, e.reason, e.leader) from None
+        self._read_up_to(start, r.next_index)  # (noted, though no min_index was sent: seen.py)
         return r.entries, r.next_index, r.committed_index
 
     async def read(self, start: int, count: int, *, include_control: bool = False,
@@ -489,6 +512,7 @@ class AsyncClient(MemberChanges, EndQueries):
     async def tail(self, start: int, *, include_control: bool = False) -> AsyncIterator[Entry]:
         """Every committed entry from `start` on, as it commits; follows the cluster across node failures."""
         nxt = start
+        passed = PassedOver()  # nodes that refused a TAIL at the client's min_index (seen.py)
         while not self._closed:
             conn: Connection | None = None
             rid = -1
@@ -496,7 +520,7 @@ class AsyncClient(MemberChanges, EndQueries):
                 order = self._addresses()
                 if self._leader_addr is not None:
                     order.insert(0, self._leader_addr)
-                for addr in order:
+                for addr in passed.order(order):
                     try:
                         conn = await self._conn(addr)
                         break
@@ -505,12 +529,16 @@ class AsyncClient(MemberChanges, EndQueries):
                 if conn is None:
                     await asyncio.sleep(0.2)
                     continue
-                f = await conn.request(Op.TAIL, TAIL_REQUEST.encode(self.group, nxt, include_control),
-                                       timeout=self.request_timeout)
+                body = self._with_min_index(conn, TAIL_REQUEST, (self.group, nxt, include_control), self._min_index())
+                f = await conn.request(Op.TAIL, body, timeout=self.request_timeout)
                 try:
                     decode_response(TAIL_RESPONSE, f.body)
                 except ResponseError as refused:
-                    raise error_for(refused.code, refused.reason, refused.leader) from None
+                    if refused.code not in PASSED_OVER:
+                        raise error_for(refused.code, refused.reason, refused.leader) from None
+                    await self._tail_passed_over(refused, addr, passed)
+                    continue
+                passed = PassedOver()
                 rid = f.request_id
                 key = (id(conn), rid)
                 q = self._tailqs.setdefault(key, asyncio.Queue())
@@ -518,7 +546,9 @@ class AsyncClient(MemberChanges, EndQueries):
                     push = await q.get()
                     if push is None:
                         break  # the connection closed: resubscribe elsewhere from nxt
-                    for entry in decode(push.entries, MAX_BODY_BYTES):
+                    entries = decode(push.entries, MAX_BODY_BYTES)
+                    self._read_up_to(nxt, push.next_index)
+                    for entry in entries:
                         if entry.index >= nxt:
                             yield entry
                     nxt = max(nxt, push.next_index)

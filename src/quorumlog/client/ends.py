@@ -65,15 +65,22 @@ class EndQueries:
         def _addresses(self) -> list[str]: ...
         def _redirect(self, leader: str | None) -> None: ...
         def _stall(self, what: str, deadline: float) -> None: ...
+        def _saw(self, index: int, group: str | None = None) -> None: ...
 
     async def end(self, group: str | None = None, consistency: str = "linearizable", *,
                   node: str | None = None) -> EndInfo:
         """The end, committed index and term of `group` (default: the client's) as one node answers:
         "linearizable" (never behind what was acknowledged before the call) or "local" (that node's own
-        view). `node`: the node to ask, by id or "host:port"."""
+        view). `node`: the node to ask, by id or "host:port". The committed index counts as seen (seen.py): the
+        client's later reads of the group never return less."""
         if consistency not in CONSISTENCIES:
             raise InvalidArgumentError(f"consistency must be 'linearizable' or 'local', not {consistency!r}")
         name = group or self.group
+        info = await self._end(name, consistency, node)
+        self._saw(info.committed, name)
+        return info
+
+    async def _end(self, name: str, consistency: str, node: str | None) -> EndInfo:
         body = END_REQUEST.encode(name, consistency)
         addr = await self._node_address(name, node) if node is not None else None
         if consistency == "local":

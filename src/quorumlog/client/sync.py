@@ -27,9 +27,14 @@ class Client:
     background thread (so it also works inside programs that already run an asyncio loop).
 
     Calls from any number of threads queue their coroutines; the loop is woken once per burst (one
-    cross-thread wake-up, not one per call) and starts everything queued by then."""
+    cross-thread wake-up, not one per call) and starts everything queued by then.
 
-    def __init__(self, endpoints: str | Sequence[str], group: str = "g0", **kwargs: Any) -> None:
+    `read_your_writes` (default True): reads never return less than the client has seen committed (its
+    appends, its earlier reads, end()), whichever node answers; False: what the answering node has committed
+    (AsyncClient, client/seen.py). The other keywords are AsyncClient's."""
+
+    def __init__(self, endpoints: str | Sequence[str], group: str = "g0", *, read_your_writes: bool = True,
+                 **kwargs: Any) -> None:
         self._loop = _new_loop()
         self._queued: deque[tuple[Coroutine[Any, Any, Any], ConcurrentFuture[Any]]] = deque()
         self._wake_lock = threading.Lock()
@@ -39,7 +44,7 @@ class Client:
         self._closed = False
 
         async def make() -> AsyncClient:
-            return AsyncClient(endpoints, group, **kwargs)
+            return AsyncClient(endpoints, group, read_your_writes=read_your_writes, **kwargs)
 
         self._ac = self._run(make())
 
@@ -145,6 +150,10 @@ class Client:
             if not self._closed:
                 with contextlib.suppress(Exception):
                     self._run(_aclose(agen))
+
+    def seen_index(self, group: str | None = None) -> int:
+        """The highest index of `group` (default: the client's) this client has seen committed; -1 for none."""
+        return self._ac.seen_index(group)
 
     def metadata(self, *, with_nodes: bool = True) -> Metadata:
         return self._run(self._ac.metadata(with_nodes=with_nodes))

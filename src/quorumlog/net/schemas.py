@@ -6,6 +6,8 @@ Raft peer operations (VOTE, HEART_BEAT, PULL, PUSH) and HA frames register their
 
 from __future__ import annotations
 
+from typing import Any
+
 from .bodies import (
     ANY,
     BOOL,
@@ -42,8 +44,9 @@ def register(op: Op | int, kind: Kind, schema: Schema, *, replace: bool = False)
     return schema
 
 
-def _req(op: Op, *fields: tuple[str, FieldType]) -> Schema:
-    return register(op, Kind.REQUEST, Schema(f"{op.name.title().replace('_', '')}Request", fields))
+def _req(op: Op, *fields: tuple[str, FieldType], defaults: tuple[Any, ...] = ()) -> Schema:
+    name = f"{op.name.title().replace('_', '')}Request"
+    return register(op, Kind.REQUEST, Schema(name, fields, defaults=defaults))
 
 
 def _resp(op: Op, *fields: tuple[str, FieldType], generic_errors: bool = True) -> Schema:
@@ -84,13 +87,19 @@ _PRODUCER_FIELDS: tuple[tuple[str, FieldType], ...] = (
     ("expected_end", Int(-2, I64_MAX, "expected_end")))
 APPEND_PRODUCER_REQUEST = Schema("AppendRequest", (*APPEND_REQUEST.fields, *_PRODUCER_FIELDS))
 APPEND_BATCH_PRODUCER_REQUEST = Schema("AppendBatchRequest", (*APPEND_BATCH_REQUEST.fields, *_PRODUCER_FIELDS))
-GET_REQUEST = _req(Op.GET, ("group", GROUP), ("index", INDEX))
+# READ, GET and TAIL end with `min_index` (protocol version 3; a version-2 client's body ends before it, and
+# decodes with -1): a node that has not committed that far waits for its commit index to reach it, a bound
+# (server/waits.py), then answers FALL_BEHIND_TOO_MUCH naming the leader; never with less.
+MIN_INDEX: tuple[str, FieldType] = ("min_index", INDEX)
+NO_MIN_INDEX = -1
+GET_REQUEST = _req(Op.GET, ("group", GROUP), ("index", INDEX), MIN_INDEX, defaults=(NO_MIN_INDEX,))
 GET_RESPONSE = _resp(Op.GET, ("entry", BYTES))  # one encoded entry: 48-byte header + body
 READ_REQUEST = _req(Op.READ, ("group", GROUP), ("from_index", INDEX), ("max_entries", U32),
-                    ("max_bytes", U32), ("include_control", BOOL))
+                    ("max_bytes", U32), ("include_control", BOOL), MIN_INDEX, defaults=(NO_MIN_INDEX,))
 # entries: encoded entries back to back; next_index: where the next READ should start.
 READ_RESPONSE = _resp(Op.READ, ("entries", BYTES), ("next_index", INDEX), ("committed_index", INDEX))
-TAIL_REQUEST = _req(Op.TAIL, ("group", GROUP), ("from_index", INDEX), ("include_control", BOOL))
+TAIL_REQUEST = _req(Op.TAIL, ("group", GROUP), ("from_index", INDEX), ("include_control", BOOL), MIN_INDEX,
+                    defaults=(NO_MIN_INDEX,))
 TAIL_RESPONSE = _resp(Op.TAIL, ("committed_index", INDEX))
 TAIL_PUSH = register(Op.TAIL, Kind.ONEWAY, Schema("TailPush", [("entries", BYTES), ("next_index", INDEX),
                                                                ("committed_index", INDEX)]))

@@ -255,6 +255,10 @@ def _one_group(f: _Families, g: Group) -> None:
               "entries received from it on a follower (or backup)", st.bytes_in)
     f.counter("quorumlog_read_entries_total", "entries served to readers and tail subscribers", st.entries_out)
     f.counter("quorumlog_read_bytes_total", "bytes served to readers and tail subscribers", st.bytes_out)
+    f.counter("quorumlog_min_index_waits_total", "reads (READ, GET, TAIL) that waited for the commit index to reach "
+              "the min_index they asked", st.min_index_waits)
+    f.counter("quorumlog_min_index_behind_total", "of those, answered FALL_BEHIND_TOO_MUCH: not reached within the "
+              "wait", st.min_index_behind)
     f.counter("quorumlog_replication_sent_bytes_total", "entry bytes pushed to followers (or backups)",
               st.push_bytes_out)
     f.counter("quorumlog_flushes_total", "store flushes (group commits)", st.flushes)

@@ -302,6 +302,12 @@ class Group:
             self.commit_changed.set()
             self.commit_changed = asyncio.Event()
 
+    def _note_closed(self) -> None:
+        """Wake whatever waits on the commit index (a read at a min_index, server/waits.py): it finds the group
+        closed and answers so."""
+        self.commit_changed.set()
+        self.commit_changed = asyncio.Event()
+
     def _send_message(self, m: PeerMessage) -> None:
         if type(m) is PushRequest and m.data:
             self.stats.push_bytes_out += len(m.data)
@@ -587,6 +593,7 @@ class Group:
             return
         self.stop_appends()
         self._closed = True
+        self._note_closed()
         body = encode_error(ResponseCode.TERM_CHANGED, f"node {self.node_id} shut down before the append was "
                             f"known committed (group {self.name}); it may still commit", None)
         for a in self.node.waiting_requests():

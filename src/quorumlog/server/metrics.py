@@ -72,11 +72,14 @@ class GroupStats:
     flushes: int = 0
     flushes_on_loop: int = 0  # of them, small ones run on the event loop (group.py INLINE_FLUSH_BYTES)
     leader_changes: int = 0  # a leader other than the last one known became known (the first one counts)
+    min_index_waits: int = 0  # READ/GET/TAIL requests that waited for the commit index to reach their min_index
+    min_index_behind: int = 0  # of them, answered FALL_BEHIND_TOO_MUCH: not reached within the bound (waits.py)
     core_errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (call, exception type) -> count
 
     def doc(self) -> dict[str, Any]:
         """The counters and latencies in the status document (a dashboard takes rates from successive ones)."""
         return {"entries_in": self.entries_in, "bytes_in": self.bytes_in, "entries_out": self.entries_out,
-                "bytes_out": self.bytes_out, "flushes": self.flushes,
+                "bytes_out": self.bytes_out, "flushes": self.flushes, "min_index_waits": self.min_index_waits,
+                "min_index_behind": self.min_index_behind,
                 "append_latency_s": self.append_latency.doc(), "commit_latency_s": self.commit_latency.doc(),
                 "fsync_latency_s": self.fsync_latency.doc()}

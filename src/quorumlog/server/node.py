@@ -15,7 +15,7 @@ import logging
 import signal
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from ..config import PERMISSIONS, NodeConfig, is_loopback
@@ -56,8 +56,9 @@ from .group import Group, LoopTurn, now_ms
 from .housekeeping import Housekeeping
 from .metrics import Histogram
 from .peers import HelloGroups, PeerLinks, bind_listener, split_address
-from .reads import get_committed, read_committed
+from .reads import IndexBelowBeginError, get_committed, read_committed
 from .tail import Tails
+from .waits import behind, serve_at
 
 log = logging.getLogger("quorumlog.server")
 _BYTES = {bytes}  # the one type of an append's bodies (checked in C: a batch has many)
@@ -381,7 +382,7 @@ class NodeServer(Housekeeping):
                                     + (f" (it hosts {', '.join(hosted)})" if hosted else ""))
         return g
 
-    def _handle(self, conn: Connection, f: Frame) -> HandlerResult:
+    def _handle(self, conn: Connection, f: Frame) -> HandlerResult | Awaitable[HandlerResult]:
         op = f.op
         if f.kind == ONEWAY:
             if op in PEER_OPS:
@@ -393,33 +394,18 @@ class NodeServer(Housekeeping):
         if op == Op.APPEND or op == Op.APPEND_BATCH:
             self._append(conn, f, single=op == Op.APPEND)
             return None
-        if op == Op.READ:
+        if op == Op.READ:  # (READ, GET and TAIL wait for their min_index, if they must: waits.py)
             r = READ_REQUEST.decode(f.body)
             g = self._group(r.group, conn, "read")
-            max_bytes = r.max_bytes
-            if max_bytes > self._read_limit:  # an answer must fit in one frame: read no more than that
-                max_bytes = self._read_limit
-                self.reads_clamped += 1
-            try:
-                data, nxt, committed = read_committed(g.store, r.from_index, r.max_entries, max_bytes,
-                                                      r.include_control)
-            except CorruptEntryError as e:
-                g.on_corruption(e)
-                raise
-            g.stats.entries_out += nxt - r.from_index
-            g.stats.bytes_out += len(data)
-            return READ_RESPONSE.ok(data, nxt, committed)
+            if behind(g, r.min_index):
+                return serve_at(conn, f, g, r.min_index, lambda: self._read(g, r))
+            return self._read(g, r)
         if op == Op.GET:
             r = GET_REQUEST.decode(f.body)
             g = self._group(r.group, conn, "read")
-            try:
-                data = get_committed(g.store, r.index)
-            except CorruptEntryError as e:
-                g.on_corruption(e)
-                raise
-            g.stats.entries_out += 1
-            g.stats.bytes_out += len(data)
-            return GET_RESPONSE.ok(data)
+            if behind(g, r.min_index):
+                return serve_at(conn, f, g, r.min_index, lambda: self._get(g, r.index))
+            return self._get(g, r.index)
         if op == Op.METADATA:
             r = METADATA_REQUEST.decode(f.body)
             g = self._group(r.group, conn, "read", "append", "admin")
@@ -428,15 +414,10 @@ class NodeServer(Housekeeping):
         if op == Op.TAIL:
             r = TAIL_REQUEST.decode(f.body)
             g = self._group(r.group, conn, "read")
-            if r.from_index < g.store.begin_index:
-                from .reads import IndexBelowBeginError
-
-                raise IndexBelowBeginError(f"index {r.from_index} is below this node's first index "
-                                           f"{g.store.begin_index}")
-            self.tails.check(conn)
-            conn.respond(f, TAIL_RESPONSE.ok(g.store.committed_index))
-            self.tails.start(conn, f.request_id, g, r.from_index, r.include_control)
-            return None
+            if behind(g, r.min_index):
+                return serve_at(conn, f, g, r.min_index, lambda: self._tail(conn, f, g, r.from_index,
+                                                                            r.include_control))
+            return self._tail(conn, f, g, r.from_index, r.include_control)
         if op == Op.END:  # answered at once (local) or once proven (ends.py)
             r = END_REQUEST.decode(f.body)
             self._group(r.group, conn, "read").ends.request(conn, f, r.consistency, self.controller)
@@ -480,6 +461,40 @@ class NodeServer(Housekeeping):
                 g.members.request(conn, f, r.action, r.target, r.address)
             return None
         raise QuorumLogError(f"{op_name(op)} is not served by a node", ResponseCode.UNSUPPORTED)
+
+    def _read(self, g: Group, r: Any) -> HandlerResult:
+        max_bytes = r.max_bytes
+        if max_bytes > self._read_limit:  # an answer must fit in one frame: read no more than that
+            max_bytes = self._read_limit
+            self.reads_clamped += 1
+        try:
+            data, nxt, committed = read_committed(g.store, r.from_index, r.max_entries, max_bytes, r.include_control)
+        except CorruptEntryError as e:
+            g.on_corruption(e)
+            raise
+        g.stats.entries_out += nxt - r.from_index
+        g.stats.bytes_out += len(data)
+        return READ_RESPONSE.ok(data, nxt, committed)
+
+    @staticmethod
+    def _get(g: Group, index: int) -> HandlerResult:
+        try:
+            data = get_committed(g.store, index)
+        except CorruptEntryError as e:
+            g.on_corruption(e)
+            raise
+        g.stats.entries_out += 1
+        g.stats.bytes_out += len(data)
+        return GET_RESPONSE.ok(data)
+
+    def _tail(self, conn: Connection, f: Frame, g: Group, start: int, include_control: bool) -> HandlerResult:
+        """Answer a TAIL and start its subscription (None: answered here)."""
+        if start < g.store.begin_index:
+            raise IndexBelowBeginError(f"index {start} is below this node's first index {g.store.begin_index}")
+        self.tails.check(conn)
+        conn.respond(f, TAIL_RESPONSE.ok(g.store.committed_index))
+        self.tails.start(conn, f.request_id, g, start, include_control)
+        return None
 
     def _append(self, conn: Connection, f: Frame, single: bool) -> None:
         values = unpack(f.body)
