@@ -387,3 +387,48 @@ def test_reads_on_a_lagging_follower_wait_for_what_the_client_saw(netns_cluster:
             assert st["min_index_waits"] == 4 and st["min_index_behind"] == 0, st
 
     asyncio.run(main())
+
+
+def test_the_checker_catches_a_read_that_ignores_min_index(netns_cluster: Callable[..., Any]) -> None:
+    """The planted bug of a follower that ignores min_index, played by a read that sends none: on a follower
+    cut off from its leader it misses an append acknowledged before it was sent, and the linearizability
+    checker (quorumlog.lincheck) says so. The same read with the writer's min_index waits, and once the
+    follower is healed answers a history the checker accepts."""
+    from quorumlog import lincheck as lc
+    from quorumlog.entry import decode_entries
+
+    c, net = netns_cluster(raft=PATIENT_RAFT)
+
+    async def main() -> None:
+        async with AsyncClient(c.endpoints, secret=c.secret, retry_timeout=30) as probe:
+            lead, f, _other = await _roles(c, probe)
+            addr = c.nodes[f].address
+            cut_off(net, f)
+            try:
+                async with AsyncClient(c.nodes[lead].address, secret=c.secret, retry_timeout=30) as w:
+                    t0 = time.monotonic()
+                    last = (await w.append_many([b"x0", b"x1"]))[-1].index
+                    t1 = time.monotonic()
+                    values = ("g0", 0, 1000, 1 << 20, False)  # (group, from, max entries, max bytes, control)
+                    t2 = time.monotonic()
+                    stale = await raw(probe, addr, Op.READ, READ_REQUEST, READ_RESPONSE, *values)
+                    t3 = time.monotonic()
+                    waiting = asyncio.ensure_future(raw(probe, addr, Op.READ, READ_REQUEST, READ_RESPONSE,
+                                                        *values, w.seen_index()))
+                    t4 = time.monotonic()
+                    await asyncio.sleep(0.1)
+            finally:
+                cut_off(net, f, cut=False)
+            fresh = await waiting
+            t5 = time.monotonic()
+        assert w.seen_index() == last
+
+        def history(data: Any, call: float, ret: float) -> list[lc.Operation]:
+            read = [bytes(e.body) for e in decode_entries(data, 1 << 20)]
+            return [lc.append("w", t0, t1, [b"x0", b"x1"], 0), lc.read("r", call, ret, 0, read, limit=1000)]
+
+        caught = lc.check(history(stale.entries, t2, t3))
+        assert not caught.ok and "read" in caught.report, caught.report
+        assert lc.check(history(fresh.entries, t4, t5)).ok
+
+    asyncio.run(main())

@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                 "corruptions", "messages_sent", "messages_dropped", "append_SUCCESS",
                 "append_WAIT_QUORUM_ACK_TIMEOUT", "append_TERM_CHANGED", "append_NOT_LEADER", "append_DISK_FULL",
                 "append_LEADER_TRANSFERRING",
-                "transfer_SUCCESS", "transfer_TAKE_LEADERSHIP_FAILED")
+                "transfer_SUCCESS", "transfer_TAKE_LEADERSHIP_FAILED", "end_reads_checked", "end_NOT_LEADER",
+                "end_TIMEOUT")
         print("  " + ", ".join(f"{k}={totals[k]}" for k in keys if totals[k]))
     return 1 if failures else 0
