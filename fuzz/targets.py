@@ -89,7 +89,8 @@ def hello(data: bytes) -> None:
     """Both sides of the handshake fed fuzzed messages: raw bodies, or bodies built from fuzzed fields (so
     the fuzzer reaches AUTH and the proofs), in any order. With a key, neither side may be established
     unless the other side's MAC, made here with the key, was right; the responder never takes its own id,
-    the dialler never another id than the one it expects, and both settle on protocol version 2."""
+    the dialler never another id than the one it expects, and both settle on a version both speak: 3
+between nodes, 2 or 3 with a client (net/frames.py)."""
     fdp = atheris.FuzzedDataProvider(data)
     if fdp.ConsumeBool():
         _hello_server(fdp)
@@ -127,7 +128,8 @@ def _hello_server(fdp: atheris.FuzzedDataProvider) -> None:
             return
         assert isinstance(reply.op, int) and isinstance(reply.body, bytes)
         if hs.state.value == "established":
-            assert hs.peer_id != "n0" and hs.version == 2, (hs.peer_id, hs.version)
+            assert hs.peer_id != "n0" and hs.version in ((3,) if hs.peer_groups is not None else (2, 3)), \
+                (hs.peer_id, hs.version)
             # Established with a key configured means a proof was checked: never by an empty or random one.
             assert not secret or proved, "authenticated without the secret"
             if secret:  # and the node proved itself back, with the same key
@@ -143,7 +145,7 @@ def _to_server(fdp: atheris.FuzzedDataProvider, hs: ServerHandshake) -> Message 
         op = Op.HELLO if fdp.ConsumeBool() else fdp.ConsumeIntInRange(0, 255)
         return op, fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 512))
     if kind == 1:  # a HELLO of fuzzed fields, in a client's or a peer's layout
-        version = fdp.ConsumeIntInRange(0, 3)
+        version = fdp.ConsumeIntInRange(0, 4)
         cluster = _fuzz_str(fdp, ["quorumlog"])
         node = _fuzz_str(fdp, ["n1", "n0", "client", "client:t", "client:x", ""])
         if fdp.ConsumeBool():
@@ -194,7 +196,7 @@ def _hello_client(fdp: atheris.FuzzedDataProvider) -> None:
             elif kind == 1:  # a HELLO response of fuzzed fields
                 op = Op.HELLO
                 code = 200 if fdp.ConsumeBool() else fdp.ConsumeIntInRange(-1, 600)
-                fields = (fdp.ConsumeIntInRange(0, 3), _fuzz_str(fdp, ["n0", "n1", "n2", "client"]), _fuzz_nonce(fdp))
+                fields = (fdp.ConsumeIntInRange(0, 4), _fuzz_str(fdp, ["n0", "n1", "n2", "client"]), _fuzz_nonce(fdp))
                 body = schemas.HELLO_RESPONSE.encode(code, fdp.ConsumeUnicodeNoSurrogates(40), *fields,
                                                      fdp.ConsumeBool())
             elif kind == 2:  # an AUTH response with a fuzzed proof
@@ -221,7 +223,8 @@ def _hello_client(fdp: atheris.FuzzedDataProvider) -> None:
             assert schemas.AUTH_REQUEST.decode(step[1]).nonce == CLIENT_NONCE
             took = fields
         if hs.state.value == "established":
-            assert hs.version == 2 and hs.peer_id != node_id, (hs.version, hs.peer_id)
+            assert hs.version in ((3,) if hs.groups is not None else (2, 3)) and hs.peer_id != node_id, \
+                (hs.version, hs.peer_id)
             assert expect is None or hs.peer_id == expect, (expect, hs.peer_id)
             assert key is None or proved, "took a node that did not prove the key"
             return
