@@ -1,4 +1,4 @@
-"""Node and group settings: defaults (DESIGN §7), TOML loading, validation."""
+"""Node and group settings: defaults (docs/design.md §7), TOML loading, validation."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ class StoreConfig:
 
 @dataclass(frozen=True, slots=True)
 class RaftConfig:
-    """Timing and limits of one Raft group (DESIGN §3, §7)."""
+    """Timing and limits of one Raft group (docs/design.md §4, §7)."""
 
     # 100 ms heartbeats and 5 missed ones: a dead leader is noticed in 0.5-1 s, while a loop
     # stalled by a burst of fsyncs (tens of ms) never looks dead.
@@ -108,7 +108,7 @@ class RaftConfig:
 
 @dataclass(frozen=True, slots=True)
 class HaConfig:
-    """A primary/backup group's settings (DESIGN §4, docs/replication.md); the TOML keys of [[group]]."""
+    """A primary/backup group's settings (docs/design.md §5, docs/replication.md); the TOML keys of [[group]]."""
 
     replication: Literal["raft", "primary-backup"] = "raft"
     ack: Literal["sync", "async"] = "sync"

@@ -1,4 +1,4 @@
-"""Entries and their byte layout: the 48-byte entry header and the 32-byte index unit (DESIGN §2).
+"""Entries and their byte layout: the 48-byte entry header and the 32-byte index unit (docs/design.md §3).
 
 The same bytes are on disk and on the wire: a leader pushes what its store holds and a follower
 writes what it receives, after checking both CRCs. All integers are big-endian.

@@ -1,4 +1,4 @@
-"""The replication cores are pure: no I/O modules, no clock, no threads, no global randomness (DESIGN §1).
+"""The replication cores are pure: no I/O modules, no clock, no threads, no global randomness (docs/design.md §1).
 
 Checked over raft/ (Raft), ha/ (primary/backup) and core/ (what both build on), each a package of small
 modules without import circles; core/ imports neither of the others, and they share only core/.

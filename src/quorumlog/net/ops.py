@@ -1,6 +1,6 @@
 """Operation numbers: the u8 `op` field of a frame, and the DLedger request code each one stands for.
 
-The frame header has one byte for the operation (DESIGN §5), so every operation gets a compact number
+The frame header has one byte for the operation (docs/design.md §6), so every operation gets a compact number
 here; DLedger's request codes (50000, 51001, ...) do not fit a byte and are kept as documented metadata
 in DLEDGER_CODES, for logs and for readers who know DLedger. docs/protocol.md lists both.
 """

@@ -1,4 +1,4 @@
-"""The pure Raft core: no sockets, no clock, no threads, no asyncio (DESIGN §1, §3). It builds on
+"""The pure Raft core: no sockets, no clock, no threads, no asyncio (docs/design.md §1, §4). It builds on
 quorumlog.core (Ready, Driver, Appends, the producer table, Role), which primary/backup (ha/) shares."""
 
 from .messages import (

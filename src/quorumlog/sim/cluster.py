@@ -53,7 +53,7 @@ SINGLE_NODE_FAULTS = ("drop", "dup", "delay", "crash", "pause", "skew", "expire"
 SIM_RETRY_MS = 1000
 SIM_RETENTION_MS = 2 * SIM_RETRY_MS
 
-# Fast timers keep runs short in virtual time; the ratios match the defaults (DESIGN §7).
+# Fast timers keep runs short in virtual time; the ratios match the defaults (docs/design.md §7).
 SIM_RAFT = RaftConfig(heartbeat_interval_ms=30, max_heartbeat_leak=4, election_backoff_ms=80,
                       max_pending_requests=32, max_wait_ack_ms=400, max_push_timeout_ms=150,
                       max_inflight_pushes=4, push_batch_bytes=2048, push_batch_entries=8,
