@@ -4,7 +4,7 @@
     register(spark)
     df = spark.read.format("quorumlog").option("endpoints", eps).load()
 
-See README.md ("Spark") for the options.
+See docs/spark.md for the options.
 """
 
 from __future__ import annotations
