@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint demo install clean bench peers
+.PHONY: test check lint demo install clean bench peers
 
 # Debian packages the tests use: Chromium and its driver (the dashboard test), iproute2 (the network-namespace
 # test). Installed when missing and root; without them those tests skip and say why.
@@ -29,8 +29,17 @@ test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks fuzz
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q tests/test_fuzz.py
-	$(BIN)/python -m pytest -q --ignore=tests/test_fuzz.py
+	$(BIN)/python -m pytest -q --ignore=tests/test_fuzz.py --durations=25
 	QUORUMLOG_PURE=1 $(BIN)/python -m pytest -q tests/store tests/test_hotpath.py::test_native_is_active
+
+# The fast tier, for a developer's loop: lint, types, every test that starts no node process, Spark session or
+# namespace, the simulator sweeps of at most 100 seeds and the planted bugs, and the smoke tests (append,
+# failover, shutdown, in each mode, on real processes). Markers: pyproject.toml and tests/conftest.py.
+FAST := (not cluster and not spark and not root and not sweep and not fuzz and not slow) or smoke
+check: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks fuzz
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q -m "$(FAST)" --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks fuzz

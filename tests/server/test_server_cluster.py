@@ -66,6 +66,7 @@ def _digests_equal(cluster: LocalCluster, group: str = "g0") -> dict[str, Any]:
     return reports
 
 
+@pytest.mark.smoke
 def test_three_nodes_take_appends_from_several_clients(cluster_factory: Any) -> None:
     cluster = cluster_factory()
 
@@ -116,6 +117,7 @@ def test_sync_client_read_get_tail_metadata(cluster_factory: Any) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.smoke
 def test_leader_killed_mid_stream_clients_go_on(cluster_factory: Any) -> None:
     cluster = cluster_factory()
 

@@ -39,6 +39,7 @@ async def raw_end(client: AsyncClient, addr: str, consistency: str, group: str =
     return await client._call(addr, Op.END, END_REQUEST.encode(group, consistency), END_RESPONSE)
 
 
+@pytest.mark.smoke
 def test_end_on_every_member_of_a_raft_group(cluster_factory: Any) -> None:
     cluster: LocalCluster = cluster_factory()
 

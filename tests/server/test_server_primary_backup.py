@@ -246,6 +246,7 @@ async def _true(value: bool) -> bool:
     return value
 
 
+@pytest.mark.smoke
 def test_sync_failover_under_load_loses_and_doubles_nothing(cluster_factory: Any) -> None:
     """SYNC: an append is answered SUCCESS only once every in-sync backup holds it durably, so the most
     up-to-date backup, promoted by hand after the primary's SIGKILL, holds every acknowledged append; the
@@ -393,6 +394,7 @@ def test_promote_refuses_a_backup_behind_the_live_primary_unless_forced(cluster_
     asyncio.run(main())
 
 
+@pytest.mark.smoke
 def test_a_primary_backup_group_speaks_of_primaries_backups_and_epochs(cluster_factory: Any) -> None:
     """Its log lines and events say primary, backup and epoch (they said "follower in term 1"); a leadership
     transfer, which it has no use for, is refused naming `promote`, and records no transfer events."""

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import pytest
+
 from quorumlog.client import AsyncClient
 from quorumlog.errors import AppendUncertainError, QuorumLogError
 from quorumlog.server.cluster import LocalCluster
@@ -52,6 +54,7 @@ async def _producer(client: AsyncClient, name: str, out: Outcomes) -> None:
     await asyncio.gather(*(lane(i) for i in range(IN_FLIGHT)))
 
 
+@pytest.mark.smoke
 def test_sigterm_of_a_loaded_leader_writes_nothing_twice(cluster_factory: Any) -> None:
     cluster: LocalCluster = cluster_factory()
     out = Outcomes()

@@ -34,6 +34,7 @@ def _run_range(seeds: range, cfg: SimConfig) -> tuple[int, int]:
     return acked, elections
 
 
+@pytest.mark.sweep
 def test_sim_three_nodes_every_fault_700_seeds() -> None:
     acked, elections = _run_range(range(0, 700), SHORT)
     # The runs did real work, not just survive. (Each run now starts with a probe round, and wipes and
@@ -41,6 +42,7 @@ def test_sim_three_nodes_every_fault_700_seeds() -> None:
     assert acked > 80_000 and elections > 700
 
 
+@pytest.mark.sweep
 def test_sim_five_nodes_every_fault_250_seeds() -> None:
     acked, elections = _run_range(range(10_000, 10_250), replace(SHORT, nodes=5))
     assert acked > 20_000 and elections > 250
@@ -55,6 +57,7 @@ def test_sim_no_faults_has_one_leader_and_steady_progress() -> None:
         assert r.stats["acked_entries"] > 100
 
 
+@pytest.mark.sweep
 def test_sim_flush_async_seeds() -> None:
     """Stores durable at write (flush=async): commits follow acks and proposals, never a flush. One node
     commits in its own propose; without that, its appends waited for ever (the checker says "uncommitted

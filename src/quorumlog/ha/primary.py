@@ -120,8 +120,7 @@ class Primary:
 
     def wanted_isr(self) -> set[str] | None:
         """The set to record at the controller, when it differs from the recorded one."""
-        want = {m for m in (self.isr | self.isr_joining) - self.isr_leaving
-                if not self.backups[m].lost and self.backups[m].vouched}
+        want = {m for m in (self.isr | self.isr_joining) - self.isr_leaving if not self.backups[m].lost}
         return want if want != self.isr else None
 
     def isr_recorded(self, isr: set[str]) -> None:
@@ -335,13 +334,12 @@ class Primary:
             return
         b.heard_ms = now
         if m.recovering == b.vouched:
+            # It may lack what it acknowledged, or have acknowledged in an epoch it forgot: counted for commit
+            # as holding nothing until its controller clears it, or takes it out of the in-sync set (asked by
+            # the backup itself: controller_core.py, _vouched). Not taken out from here: a new group's backups
+            # all start so, and are cleared a moment later.
             b.vouched = not m.recovering
-            if m.recovering:
-                # It may lack what it acknowledged, or have acknowledged in an epoch it forgot: out of the
-                # in-sync set, and (like a lost one) counted for commit as holding nothing until recorded.
-                self.stats["ha_backup_recovering"] += 1
-                if b.id in self.isr:
-                    self.isr_leaving.add(b.id)
+            self.stats["ha_backup_recovering"] += m.recovering
         offset = m.offset
         if not b.streaming:
             if b.expect_offset < 0 or (offset != b.expect_offset and offset != b.expect_start):
