@@ -271,3 +271,38 @@ def kill_leftovers(proc: subprocess.Popen[Any], text: str) -> None:
     for p in pids_with(text):
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)
+
+
+@pytest.fixture
+def netns_cluster(tmp_path: Path) -> Iterator[Callable[..., tuple[Any, Any]]]:
+    """make(**cluster settings): three nodes in namespaces of their own (tests/server/netns.py; the test still
+    reaches each over the bridge), with the cluster secret; every cluster made is stopped and its namespaces
+    removed at the end. Skipped where namespaces cannot be made (not root, no iproute2)."""
+    from .netns import NODES, NetnsCluster, Network, unavailable
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    made: list[tuple[Any, Any]] = []
+
+    def make(**kwargs: Any) -> tuple[Any, Any]:
+        net = Network()
+        made.append((None, net))
+        try:
+            net.create()
+        except subprocess.CalledProcessError as e:
+            pytest.skip(f"cannot build the namespaces: `{' '.join(e.cmd)}` failed: {e.stderr.strip()}")
+        kwargs.setdefault("raft", FAST_RAFT)
+        c = NetnsCluster(tmp_path / f"c{len(made)}", NODES, 1, secret=os.urandom(18).hex(), log_level="INFO",
+                         store=SMALL_STORE, hosts=[net.host(i) for i in range(NODES)], namespaces=net.nodes, **kwargs)
+        made[-1] = (c, net)
+        c.start()
+        return c, net
+
+    try:
+        yield make
+    finally:
+        for c, net in made:
+            if c is not None:
+                c.stop(timeout=15)
+            net.destroy()

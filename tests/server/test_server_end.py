@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,8 +24,8 @@ from quorumlog.net.ops import Op
 from quorumlog.net.schemas import END_REQUEST, END_RESPONSE
 from quorumlog.server.cluster import LocalCluster
 
-from .conftest import FAST_RAFT, SMALL_STORE, await_until, statuses, wait_leader
-from .netns import NODES, NetnsCluster, Network, unavailable
+from .conftest import FAST_RAFT, await_until, statuses, wait_leader
+from .netns import NODES, NetnsCluster, Network
 
 QL = [sys.executable, "-m", "quorumlog"]
 HA = {"ack": "sync", "controller": "ctl", "ha_heartbeat_interval_ms": 200, "ha_ack_timeout_ms": 800,
@@ -92,36 +90,6 @@ def test_end_on_every_member_of_a_raft_group(cluster_factory: Any) -> None:
 
 
 # --- a leader cut off from its peers -------------------------------------------------------------------
-@pytest.fixture
-def netns_cluster(tmp_path: Path) -> Iterator[Callable[..., tuple[NetnsCluster, Network]]]:
-    """make(**cluster settings): three nodes in namespaces of their own (the test still reaches each over the
-    bridge); every cluster made is stopped and its namespaces removed at the end."""
-    reason = unavailable()
-    if reason:
-        pytest.skip(reason)
-    made: list[tuple[NetnsCluster | None, Network]] = []
-
-    def make(**kwargs: Any) -> tuple[NetnsCluster, Network]:
-        net = Network()
-        made.append((None, net))
-        try:
-            net.create()
-        except subprocess.CalledProcessError as e:
-            pytest.skip(f"cannot build the namespaces: `{' '.join(e.cmd)}` failed: {e.stderr.strip()}")
-        kwargs.setdefault("raft", FAST_RAFT)
-        c = NetnsCluster(tmp_path / f"c{len(made)}", NODES, 1, secret=os.urandom(18).hex(), log_level="INFO",
-                         store=SMALL_STORE, hosts=[net.host(i) for i in range(NODES)], namespaces=net.nodes, **kwargs)
-        made[-1] = (c, net)
-        c.start()
-        return c, net
-
-    try:
-        yield make
-    finally:
-        for c, net in made:
-            if c is not None:
-                c.stop(timeout=15)
-            net.destroy()
 
 
 def cut_off(net: Network, i: int, cut: bool = True) -> list[int]:
@@ -145,6 +113,21 @@ async def _group_docs(c: NetnsCluster, nodes: list[int], group: str = "g0") -> d
         except (QuorumLogError, OSError, TimeoutError):
             continue
     return out
+
+
+def _lone(address: str, secret: str | None) -> AsyncClient:
+    """A client of one node only, quick to give up: for a node cut off from its peers."""
+    return AsyncClient(address, secret=secret, retry_timeout=1.0, request_timeout=8.0, connect_timeout=2.0)
+
+
+async def _no_linearizable_end(lone: AsyncClient, address: str, who: str) -> RequestError:
+    """The refusal a cut-off node answers a linearizable END with, within 15 s (never an answer)."""
+    t0 = time.monotonic()
+    with pytest.raises(RequestError) as refused:
+        got = await asyncio.wait_for(lone.end(node=address), 20)
+        pytest.fail(f"the cut-off {who} answered a linearizable end: {got}")
+    assert time.monotonic() - t0 < 15
+    return refused.value
 
 
 def test_a_cut_off_leader_gives_no_stale_linearizable_end(netns_cluster: Callable[..., Any]) -> None:
@@ -181,16 +164,10 @@ def test_a_cut_off_leader_gives_no_stale_linearizable_end(netns_cluster: Callabl
 
         # The old leader, asked itself: never an end below the new leader's commit; an error within a bound.
         isolated = c.nodes[old]
-        async with AsyncClient(isolated.address, secret=c.secret, retry_timeout=1.0, request_timeout=8.0,
-                               connect_timeout=2.0) as lone:
-            t0 = time.monotonic()
-            with pytest.raises(RequestError) as refused:
-                got = await asyncio.wait_for(lone.end(node=isolated.address), 20)
-                pytest.fail(f"the cut-off leader answered a linearizable end: {got}")
-            took = time.monotonic() - t0
-            assert refused.value.code in (ResponseCode.TIMEOUT, ResponseCode.NOT_LEADER), refused.value
-            assert took < 15, took
-            assert "g0" in str(refused.value) and isolated.node_id in str(refused.value), refused.value
+        async with _lone(isolated.address, c.secret) as lone:
+            refused = await _no_linearizable_end(lone, isolated.address, "leader")
+            assert refused.code in (ResponseCode.TIMEOUT, ResponseCode.NOT_LEADER), refused
+            assert "g0" in str(refused) and isolated.node_id in str(refused), refused
             # Its local view is the stale one: below what the new leader committed, in the old term.
             local = await lone.end(consistency="local", node=isolated.address)
             assert local.node == isolated.node_id and local.committed < after and local.term == old_term, local
@@ -310,15 +287,10 @@ def test_a_cut_off_primary_gives_no_stale_linearizable_end(netns_cluster: Callab
             assert info.node == c.nodes[new].node_id and info.committed >= after and info.term == new_epoch, info
 
         isolated = c.nodes[old]
-        async with AsyncClient(isolated.address, secret=c.secret, retry_timeout=1.0, request_timeout=8.0,
-                               connect_timeout=2.0) as lone:
-            t0 = time.monotonic()
-            with pytest.raises(RequestError) as refused:
-                got = await asyncio.wait_for(lone.end(node=isolated.address), 20)
-                pytest.fail(f"the cut-off primary answered a linearizable end: {got}")
-            assert time.monotonic() - t0 < 15
-            assert refused.value.code in (ResponseCode.TIMEOUT, ResponseCode.NOT_LEADER,
-                                          ResponseCode.LEADER_NOT_READY), refused.value
+        async with _lone(isolated.address, c.secret) as lone:
+            refused = await _no_linearizable_end(lone, isolated.address, "primary")
+            assert refused.code in (ResponseCode.TIMEOUT, ResponseCode.NOT_LEADER,
+                                    ResponseCode.LEADER_NOT_READY), refused
             local = await lone.end(consistency="local", node=isolated.address)
             assert local.node == isolated.node_id and local.committed < after and local.term == old_epoch, local
 

@@ -9,12 +9,9 @@ network namespaces (tests/server/netns.py), its reads sent while it is cut off a
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import subprocess
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -35,8 +32,8 @@ from quorumlog.net.schemas import (
 from quorumlog.server.cluster import LocalCluster
 from quorumlog.server.waits import MIN_INDEX_WAIT_S
 
-from .conftest import FAST_RAFT, SMALL_STORE, await_until, statuses, wait_leader
-from .netns import NODES, NetnsCluster, Network, unavailable
+from .conftest import FAST_RAFT, await_until, statuses, wait_leader
+from .netns import NODES, NetnsCluster, Network
 
 FALL_BEHIND = ResponseCode.FALL_BEHIND_TOO_MUCH
 # A follower cut off for a few seconds keeps its leader (and names it) rather than campaigning: a longer
@@ -216,36 +213,6 @@ def test_a_waiting_read_ends_cleanly_when_its_connection_closes_or_the_node_stop
 
 
 # --- a follower that lags: cut off in network namespaces --------------------------------------------------
-@pytest.fixture
-def netns_cluster(tmp_path: Path) -> Iterator[Callable[..., tuple[NetnsCluster, Network]]]:
-    """make(**cluster settings): three nodes in namespaces of their own (the test still reaches each over the
-    bridge); every cluster made is stopped and its namespaces removed at the end."""
-    reason = unavailable()
-    if reason:
-        pytest.skip(reason)
-    made: list[tuple[NetnsCluster | None, Network]] = []
-
-    def make(**kwargs: Any) -> tuple[NetnsCluster, Network]:
-        net = Network()
-        made.append((None, net))
-        try:
-            net.create()
-        except subprocess.CalledProcessError as e:
-            pytest.skip(f"cannot build the namespaces: `{' '.join(e.cmd)}` failed: {e.stderr.strip()}")
-        kwargs.setdefault("raft", PATIENT_RAFT)
-        c = NetnsCluster(tmp_path / f"c{len(made)}", NODES, 1, secret=os.urandom(18).hex(), log_level="INFO",
-                         store=SMALL_STORE, hosts=[net.host(i) for i in range(NODES)], namespaces=net.nodes, **kwargs)
-        made[-1] = (c, net)
-        c.start()
-        return c, net
-
-    try:
-        yield make
-    finally:
-        for c, net in made:
-            if c is not None:
-                c.stop(timeout=15)
-            net.destroy()
 
 
 def cut_off(net: Network, i: int, cut: bool = True) -> None:
@@ -275,7 +242,7 @@ async def _roles(c: NetnsCluster, probe: AsyncClient) -> tuple[int, int, int]:
 
 
 def test_a_follower_cut_off_answers_fall_behind_with_the_leader_hint(netns_cluster: Callable[..., Any]) -> None:
-    c, net = netns_cluster()
+    c, net = netns_cluster(raft=PATIENT_RAFT)
 
     async def main() -> None:
         async with AsyncClient(c.endpoints, secret=c.secret, retry_timeout=30) as probe:
@@ -332,7 +299,7 @@ def test_reads_on_a_lagging_follower_wait_for_what_the_client_saw(netns_cluster:
     """The follower is cut off while the client appends (or learns the group's end); the client's read goes to it
     (the client lost track of its leader) while it is still cut off, and the follower is healed a moment
     later: the read waits, and answers the client's own entries, never less."""
-    c, net = netns_cluster()
+    c, net = netns_cluster(raft=PATIENT_RAFT)
 
     async def main() -> None:
         async with AsyncClient(c.endpoints, secret=c.secret, retry_timeout=30) as probe:
