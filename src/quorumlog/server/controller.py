@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import msgpack
 
+from ..core.ready import Completion
 from ..errors import ResponseCode
 from ..ha.controller_core import ControllerCore, ControllerProposal
 from ..ha.record import Assignment, encode_election
@@ -122,8 +123,6 @@ class Controller:
         if target == a.primary:
             conn.respond(f, msgpack.packb((int(ResponseCode.SUCCESS), target, a.epoch)))
             return
-        if self._outside(conn, f, g.name, a, target, force):
-            return
         task = asyncio.create_task(self._promote(conn, f, g.name, a.epoch, target, force))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -137,9 +136,43 @@ class Controller:
                            a.primary)
         return True
 
+    async def _current(self, group: str, deadline: float) -> str | None:
+        """Bring the record here up to a read index of the controller group (a point after this call), so
+        that what it says of `group` is not a lagging replica's view: None once applied, else why not."""
+        ctl = self.managed[group]
+        cg = self.node.groups.get(ctl)
+        if cg is None:
+            return f"controller group {ctl} has no replica on {self.node.node_id}"
+        loop = asyncio.get_running_loop()
+        point: asyncio.Future[Completion] = loop.create_future()
+
+        def answered(c: Completion) -> None:
+            if not point.done():
+                point.set_result(c)
+
+        cg.ends.read_index(answered)
+        try:
+            c = await asyncio.wait_for(point, max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            return f"controller group {ctl} confirmed no read point in time"
+        if c.code != int(ResponseCode.SUCCESS):
+            return f"controller group {ctl} confirmed no read point ({c.reason or c.code})"
+        state = self.core.states[ctl]
+        while state.applied < c.last_index:
+            if loop.time() >= deadline:
+                return f"the controller record on {self.node.node_id} did not apply its read index {c.last_index}"
+            await asyncio.sleep(0.01)
+        return None
+
     async def _promote(self, conn: Connection, f: Frame, group: str, prev: int, target: str, force: bool) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + PROMOTE_WAIT_S
+        if not force and target not in self.assignment(group).isr:
+            # Refused only on a record known current: this replica may not have applied the in-sync change yet.
+            why = await self._current(group, deadline)
+            if why is not None:
+                conn.respond_error(f, ResponseCode.TIMEOUT, f"group {group}: {why}: ask again", None)
+                return
         while loop.time() < deadline:
             a = self.assignment(group)
             if a.epoch > prev:
