@@ -106,11 +106,25 @@ class Controller:
             conn.respond_error(f, ResponseCode.UNSUPPORTED, f"group {g.name} is a primary/backup group without a "
                                "controller: its members change through its configuration and a restart", g.leader_id)
             return
-        if action == "remove" and target == self.assignment(g.name).primary:
-            conn.respond_error(f, ResponseCode.UNEXPECTED_ARGUMENT, f"{target} is the primary of group {g.name}: "
-                               f"elect another first (quorumlog promote --group {g.name} --to ID)", target)
+        if action != "remove":
+            cg.members.request(conn, f, action, target, address)
             return
-        cg.members.request(conn, f, action, target, address)
+        task = asyncio.create_task(self._remove(conn, f, g.name, cg, target))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _remove(self, conn: Connection, f: Frame, group: str, cg: Group, target: str) -> None:
+        """A removal, checked on a record brought up to a read index: a lagging replica may not know yet
+        that `target` was elected primary."""
+        why = await self._current(group, asyncio.get_running_loop().time() + PROMOTE_WAIT_S)
+        if why is not None:
+            conn.respond_error(f, ResponseCode.TIMEOUT, f"group {group}: {why}: ask again", None)
+            return
+        if target == self.assignment(group).primary:
+            conn.respond_error(f, ResponseCode.UNEXPECTED_ARGUMENT, f"{target} is the primary of group {group}: "
+                               f"elect another first (quorumlog promote --group {group} --to ID)", target)
+            return
+        cg.members.request(conn, f, "remove", target, None)
 
     def promote(self, conn: Connection, f: Frame, g: Group, target: str, force: bool) -> None:
         """An operator's promotion of `target`, through the record: answered once it is applied here.
