@@ -358,8 +358,11 @@ def test_a_fresh_group_reports_no_recovery(cluster_factory: Any) -> None:
     for node in cluster.nodes:
         doc = json.loads(urllib.request.urlopen(node.admin_url + "/status", timeout=5).read())
         assert not doc["groups"]["g0"]["recovering"] and not doc["groups"]["g0"]["joining"]
-        assert [e["text"] for e in doc["events"] if e["kind"] == "recovery"] == [], (node.node_id, doc["events"],
-                                                                                     doc["groups"])
+        # (g0's own: a member of the controller group, a Raft group, whose probe is answered after the others
+        # elected, as on a loaded machine, joins it in recovery, as a wiped one does: it cannot tell the two
+        # apart, raft/joining.py. That flaked this test about once in six runs under load.)
+        assert [e["text"] for e in doc["events"] if e["kind"] == "recovery" and e["group"] == "g0"] == [], (
+            node.node_id, doc["events"], doc["groups"])
         assert metric_value(scrape(node.admin_url), "quorumlog_recovering", group="g0") == 0, node.node_id
 
 
