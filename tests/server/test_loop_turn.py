@@ -1,10 +1,10 @@
-"""LoopTurn: a node's groups run at most one flush on the event loop per loop turn (server/group.py)."""
+"""LoopTurn: a node's groups run at most one flush on the event loop per loop turn (server/flush.py)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from quorumlog.server.group import LoopTurn
+from quorumlog.server.flush import LoopTurn
 
 
 def test_one_flush_on_the_loop_per_turn() -> None:

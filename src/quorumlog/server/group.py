@@ -7,7 +7,7 @@ group's worker thread and covers everything written before it started (group com
 of the loop iterations meanwhile share the next one); then `on_flushed` releases what waited for
 durability, and completions answer clients. A small flush, while flushes are fast, runs on the loop
 instead, one per loop turn among the node's groups: handing it to the thread and back cost more than
-the fdatasync itself (INLINE_FLUSH_BYTES).
+the fdatasync itself (flush.py).
 
 Only a failed disk (DiskError) stops the node. Any other error out of the core is logged, counted
 (`core_errors`) and survived: it comes from input the network sent, and one bad message must not take a
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import random
 import time
@@ -46,6 +45,7 @@ from ..store.file_store import store_dir
 from .codec import PeerMessage
 from .ends import Ends
 from .events import ELECTION, RECOVERY, TRANSFER, Events
+from .flush import Flusher, LoopTurn
 from .members import GroupMembers
 from .metrics import GroupStats
 from .scrub import Scrubber
@@ -57,12 +57,6 @@ SUCCESS = int(ResponseCode.SUCCESS)
 # One proposal gathers the appends of one loop iteration, up to these bounds (the rest wait one more turn).
 MAX_PROPOSAL_ENTRIES = 16384
 MAX_PROPOSAL_BYTES = 8 << 20
-# A flush of at most this many bytes runs on the loop, while the flushes' average stays below
-# INLINE_FLUSH_MAX_S: one append at a time then waits for one fdatasync, not also for a thread's
-# wake-up and the loop's (0.1-0.3 ms each on this 2-core VM, docs/performance.md). Larger flushes, and
-# all of them on a slow disk, go to the worker thread, where the loop goes on meanwhile.
-INLINE_FLUSH_BYTES = 64 << 10
-INLINE_FLUSH_MAX_S = 0.001
 # How soon a term or vote that found no file descriptor free is written again.
 STABLE_RETRY_S = 0.1
 # The same unexpected core error is logged with its traceback at most this often (it may recur every tick).
@@ -86,27 +80,6 @@ class _Append:
     producer: int = 0  # the idempotent producer (0: none) and its sequence
     seq: int = -1
     expected_end: int | None = None  # a conditional append: the group's last client entry expected
-
-
-class LoopTurn:
-    """One flush on the loop per loop turn, shared by a node's groups: many groups' small flushes in one
-    turn would otherwise run one after another on the loop, where their worker threads overlap them."""
-
-    __slots__ = ("_loop", "_taken")
-
-    def __init__(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._taken = False
-
-    def take(self) -> bool:
-        if self._taken:
-            return False
-        self._taken = True
-        self._loop.call_soon(self._release)  # runs once this turn's callbacks are done
-        return True
-
-    def _release(self) -> None:
-        self._taken = False
 
 
 class Group:
@@ -157,12 +130,12 @@ class Group:
         self.driver = Driver(self.node, self._send_message, self._complete, self._role_changed, self._start_flush,
                              self._persist_stable)
         self._checkpointing = False
-        self._flush_s = 0.0  # moving average of store.flush()'s duration, wherever it ran
-        self._loop_turn = loop_turn if loop_turn is not None else LoopTurn()
         self._closed = False
         self.accepting = True  # False once shutdown began: new appends are sent elsewhere
         self._error_logged: dict[tuple[str, str], float] = {}
         self.stats = GroupStats()
+        self.flusher = Flusher(self.store, self._executor, loop_turn if loop_turn is not None else LoopTurn(),
+                               self.stats, self._flushed)
         self.commit_changed = asyncio.Event()
         self._last_commit = self.store.committed_index
         self.role_changes = 0
@@ -350,37 +323,9 @@ class Group:
             self._complete_transfer(c)
 
     def _start_flush(self) -> None:
-        """The driver's flush: `store.flush()` in the worker thread, reported back on the loop; or, when
-        small, the disk fast and no other group flushed on the loop this turn, here at once (never
-        waiting for the worker's lock)."""
-        self._flush_output()  # what this turn sent (pushes, acks) leaves before the disk is waited on
-        t0 = time.perf_counter()
-        store = self.store
-        if (self._flush_s < INLINE_FLUSH_MAX_S and store.unsynced_bytes <= INLINE_FLUSH_BYTES
-                and self._loop_turn.take() and store.io_lock.acquire(blocking=False)):
-            try:
-                durable, error = self._flush_now()
-            finally:
-                store.io_lock.release()
-            self.stats.flushes_on_loop += 1
-            self._flushed(durable, error, t0)
-        else:
-            self._executor.submit(self._flush_job, t0)
-
-    def _flush_now(self) -> tuple[int, BaseException | None]:
-        t = time.perf_counter()
-        try:
-            return self.store.flush(), None
-        except BaseException as e:
-            return -1, e
-        finally:
-            self._flush_s += (time.perf_counter() - t - self._flush_s) / 8
-
-    def _flush_job(self, t0: float) -> None:
-        """In the worker thread: flush, then hand the result to the loop in one callback (one turn)."""
-        durable, error = self._flush_now()
-        with contextlib.suppress(RuntimeError):  # the loop is closed: the node is gone
-            self._loop.call_soon_threadsafe(self._flushed, durable, error, t0)
+        """The driver's flush (flush.py); what this turn sent (pushes, acks) leaves before the disk is waited on."""
+        self._flush_output()
+        self.flusher.start()
 
     def _flushed(self, durable: int, error: BaseException | None, t0: float) -> None:
         if self._closed:

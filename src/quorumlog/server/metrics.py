@@ -70,7 +70,7 @@ class GroupStats:
     bytes_out: int = 0
     push_bytes_out: int = 0  # replicated to followers
     flushes: int = 0
-    flushes_on_loop: int = 0  # of them, small ones run on the event loop (group.py INLINE_FLUSH_BYTES)
+    flushes_on_loop: int = 0  # of them, small ones run on the event loop (flush.py INLINE_FLUSH_BYTES)
     leader_changes: int = 0  # a leader other than the last one known became known (the first one counts)
     min_index_waits: int = 0  # READ/GET/TAIL requests that waited for the commit index to reach their min_index
     min_index_behind: int = 0  # of them, answered FALL_BEHIND_TOO_MUCH: not reached within the bound (waits.py)

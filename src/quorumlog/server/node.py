@@ -52,7 +52,8 @@ from ..net.server import Server, serve
 from ..raft.member import members_digest
 from .codec import HA_MESSAGES, PEER_OPS, PeerMessage, decode_message
 from .events import NODE, REFUSAL, TRANSFER, CounterWatch, Events
-from .group import Group, LoopTurn, now_ms
+from .flush import LoopTurn
+from .group import Group, now_ms
 from .housekeeping import Housekeeping
 from .metrics import Histogram
 from .peers import HelloGroups, PeerLinks, bind_listener, split_address
