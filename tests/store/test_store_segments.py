@@ -31,10 +31,13 @@ def test_a_new_segment_is_sparse_and_the_filler_stays_a_window_ahead(tmp_path: P
         seg.write(0, b"x" * 4096)
         assert seg.wait_filled(30)
         used = _allocated(tmp_path)
-        # The window and the data, not the segment: 64 MiB of file, 32 MiB (+ a block) allocated.
+        # The window and the data, not the segment: 64 MiB of file, the smallest window (+ a block)
+        # allocated, for a writer that wrote one page.
         assert os.path.getsize(tmp_path / f"{0:020d}") == 64 * MiB
-        assert segments.FILL_AHEAD <= used <= segments.FILL_AHEAD + 2 * 4096, used
-        seg.write(4096, bytes(40 * MiB))  # the writer moves on: the window follows, into the next segment
+        assert segments.FILL_MIN_AHEAD <= used <= segments.FILL_MIN_AHEAD + 2 * 4096, used
+        # The writer moves on, fast: the window grows to its largest and follows, into the next segment.
+        seg.write(4096, bytes(40 * MiB))
+        assert seg.ahead == segments.FILL_AHEAD
         assert seg.wait_filled(30)
         # The next segment was created ahead of the writer (off its path), and the window reaches into
         # it: the data and the window allocated, plus at most the file system's own blocks (with written
@@ -42,6 +45,29 @@ def test_a_new_segment_is_sparse_and_the_filler_stays_a_window_ahead(tmp_path: P
         assert os.path.getsize(tmp_path / f"{64 * MiB:020d}") == 64 * MiB
         end = 4096 + 40 * MiB + segments.FILL_AHEAD
         assert end - 4096 <= _allocated(tmp_path) <= end + 3 * 4096, _allocated(tmp_path) - end
+    finally:
+        seg.close()
+
+
+def test_the_window_ahead_follows_the_write_rate(tmp_path: Path) -> None:
+    """A slow writer keeps the smallest window; one that writes fast gets FILL_AHEAD_S of its rate; a pause
+    halves it at most per judgement (an empty group's replica takes about a MiB per list, issue 36)."""
+    seg = SegmentList(str(tmp_path), 64 * MiB, OsFiles())
+    try:
+        off = 0
+        for _ in range(20):  # 20 x 16 KiB over 0.4 s: 0.8 MiB/s
+            seg.write(off, bytes(16 * 1024))
+            off += 16 * 1024
+            time.sleep(0.02)
+        assert seg.ahead == segments.FILL_MIN_AHEAD
+        assert seg.wait_filled(30) and _allocated(tmp_path) <= off + segments.FILL_MIN_AHEAD + 2 * 4096
+        for _ in range(64):  # 16 MiB at memory speed
+            seg.write(off, bytes(256 * 1024))
+            off += 256 * 1024
+        assert seg.ahead == segments.FILL_AHEAD
+        time.sleep(2.0)  # a pause, then one slow judgement (under 8 MiB/s): half the window, not the smallest
+        seg.write(off, bytes(segments.FILL_AHEAD // 4))
+        assert seg.ahead == segments.FILL_AHEAD // 2
     finally:
         seg.close()
 
@@ -311,6 +337,7 @@ def test_a_writer_near_the_last_segments_end_does_not_wake_the_filler_again_and_
         return fill_chunk(self)
 
     monkeypatch.setattr(SegmentList, "_fill_chunk", counting)
+    monkeypatch.setattr(segments, "FILL_MIN_AHEAD", segments.FILL_AHEAD)  # the window reaches the end at once
     seg = SegmentList(str(tmp_path), size, OsFiles())
     try:
         seg.write(0, b"i" * 32)

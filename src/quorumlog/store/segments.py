@@ -8,7 +8,8 @@ each allocation made durable by the filler itself) with `posix_fallocate`: block
 written. Appends then land in allocated blocks and the disk holds the data plus that window. Zeros written
 ahead (O_DIRECT) did the same but wrote every byte twice: with three replicas on one disk the appends
 got half its bandwidth (docs/performance.md). The filler never touches a byte below one the writer may
-have written: both take `_fill_lock` around any write at or past `_filled`."""
+have written: both take `_fill_lock` around any write at or past `_filled`. The window grows with the
+write rate (FILL_AHEAD_S of it), so a store that is not written takes little more than its data."""
 
 from __future__ import annotations
 
@@ -24,7 +25,13 @@ from .vfs import NO_SPACE, OUT_OF_FILES, OsFiles
 
 NAME_DIGITS = 20
 SPARE_SUFFIX = ".spare"  # segments allocated ahead by earlier versions: removed at load
-FILL_AHEAD = 32 << 20  # bytes allocated ahead of the write position
+# The window allocated ahead of the write position follows the write rate: FILL_AHEAD_S of writing at the
+# rate last judged, between FILL_MIN_AHEAD and FILL_AHEAD. An idle or new store (a group that only holds
+# its leader's first entry) so takes about one MiB per list, not a fast writer's 32 (issue 36: 300 empty
+# groups took 47 GB before the first append); a fast writer's window grows within its first MiB.
+FILL_AHEAD = 32 << 20
+FILL_MIN_AHEAD = 1 << 20
+FILL_AHEAD_S = 1.0
 FILL_CHUNK = 4 << 20  # one fallocate and one fdatasync
 FILL_ALIGN = 4096  # whole blocks
 PAGE = 4096  # appends end on a page boundary (zeros after the data): see SegmentList.write
@@ -75,6 +82,9 @@ class SegmentList:
         self._dirty_lock = threading.Lock()
         self.preallocate = preallocate  # fill ahead (False: a read-only verifier never writes)
         self._filled = 0  # bytes below this offset have blocks (data, or allocated ahead); above may be holes
+        self.ahead = min(FILL_MIN_AHEAD, FILL_AHEAD)  # the window allocated ahead (_judge_rate)
+        self._rate_at = -1  # the write rate was last judged at this offset (-1: from the first write on) ...
+        self._rate_t = 0.0  # ... and this time
         self._write_end = 0  # the end of the latest write
         self._dropped = 0  # page cache below this offset has been dropped (see CACHE_BEHIND)
         self._synced = 0  # what the last sync made durable ends here
@@ -237,7 +247,7 @@ class SegmentList:
         """Whether the filler should create the next segment: the writer is in the last one, and the
         window ahead of it passes that one's end."""
         return (not self._closing and bool(self.segments) and self.segments[-1].start <= self._write_end
-                and self.end < self._write_end + FILL_AHEAD)
+                and self.end < self._write_end + self.ahead)
 
     def _open_allocated(self, path: str) -> int:
         """Open (creating) `path` at the segment size, sparse and durable; its fd."""
@@ -264,7 +274,7 @@ class SegmentList:
             self._fill_wanted.clear()
             try:
                 while not self._closing and self._fill_chunk():
-                    if self._filled - self._write_end > FILL_AHEAD // 2:
+                    if self._filled - self._write_end > self.ahead // 2:
                         time.sleep(FILL_PAUSE_S)  # comfortably ahead: leave the disk to the appends
                 self.fill_error = None
             except OSError as e:  # appends allocate as they write meanwhile
@@ -284,7 +294,7 @@ class SegmentList:
             plan = self._next_fill()
             if plan is not None:
                 seg, start = plan
-                end = self._write_end + FILL_AHEAD
+                end = self._write_end + self.ahead
                 try:
                     fd = os.open(seg.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
                 except OSError as e:
@@ -322,7 +332,7 @@ class SegmentList:
             if seg is None:
                 return None
         start = seg.start + rel
-        return (seg, start) if start + FILL_ALIGN <= self._write_end + FILL_AHEAD else None
+        return (seg, start) if start + FILL_ALIGN <= self._write_end + self.ahead else None
 
     @property
     def unsynced_bytes(self) -> int:
@@ -367,15 +377,29 @@ class SegmentList:
                 self.files.pwrite(seg.fd, parts, rel)
                 self._filled = max(self._filled, written)
         self._write_end = end
+        if self._rate_at < 0:
+            self._rate_at, self._rate_t = offset, time.monotonic()
+        if end - self._rate_at >= self.ahead // 4:
+            self._judge_rate(end)
         if offset < self._dropped:  # rewriting a truncated tail: its pages are cached again
             self._dropped = offset - offset % PAGE
         with self._dirty_lock:
             self.dirty.add(seg)
         # Only when there is a block to allocate or, from the last segment, the next one to make: woken
         # with nothing to do, it once cost every append a thread switch, an open and a close.
-        if self._filled < end + FILL_AHEAD // 2 and (
+        if self._filled < end + self.ahead // 2 and (
                 self._filled + FILL_ALIGN <= self.end - self.size % FILL_ALIGN or seg is self.segments[-1]):
             self._wake_filler()
+
+    def _judge_rate(self, end: int) -> None:
+        """Size the window ahead to FILL_AHEAD_S of writing at the rate since the last judgement (every
+        quarter window written), a power of two within [FILL_MIN_AHEAD, FILL_AHEAD]; it shrinks by half at
+        most per judgement, so a writer's pauses do not cost it its window."""
+        now = time.monotonic()
+        rate = (end - self._rate_at) / max(now - self._rate_t, 1e-6)
+        want = 1 << max(0, int(rate * FILL_AHEAD_S) - 1).bit_length()
+        self.ahead = max(min(FILL_MIN_AHEAD, FILL_AHEAD), min(FILL_AHEAD, max(want, self.ahead // 2)))
+        self._rate_at, self._rate_t = end, now
 
     def _zeros_ahead(self, seg: Segment, written: int) -> int:
         """How many zeros to write after `written` (page-aligned): up to PREWRITE_AHEAD when the writer
