@@ -11,7 +11,8 @@ import pytest
 
 TESTS = Path(__file__).parent
 # Files under tests/server that start no process (pure cores and records, or a node in this process).
-IN_PROCESS = {"test_controller_state.py", "test_group_vote.py", "test_loop_turn.py", "test_server_core_errors.py"}
+IN_PROCESS = {"test_controller_state.py", "test_group_vote.py", "test_group_idle_ticks.py", "test_loop_turn.py",
+              "test_server_core_errors.py"}
 # Files at the top that start processes (benchmark scripts, deployment examples, a node with secrets).
 PROCESSES = {"test_benchmarks_smoke.py", "test_deploy_examples.py", "test_single_bench.py", "test_secrets_at_rest.py"}
 ROOT_FIXTURES = {"netns_cluster", "network"}

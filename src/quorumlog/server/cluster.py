@@ -183,13 +183,17 @@ class LocalCluster:
             lines.append("[store]")
             lines.append(f"flush = {_toml_value(self.flush)}")
             lines += [f"{k} = {_toml_value(v)}" for k, v in self.store.items()]
-            for g in self.group_names:
+            for i, g in enumerate(self.group_names):
                 lines += ["[[group]]", f"name = {_toml_value(g)}", f"peers = {_toml_value(peers)}"]
                 if spare:
                     lines.append("join = true")
                 if self.replication != "raft":
                     lines += [f"replication = {_toml_value(self.replication)}", 'primary = "n0"']
                     lines += [f"{k} = {_toml_value(v)}" for k, v in self.ha.items()]
+                elif self.groups > 1 and "preferred_leader" not in self.raft:
+                    # Leaders spread over the members (g0 on n0): else the member that opens every group's
+                    # first election (the lowest id, raft/joining.py) leads them all, and does all their work.
+                    lines += ["[group.raft]", f"preferred_leader = {_toml_value(members[i % len(members)].node_id)}"]
             for t in self.tokens:
                 lines.append("[[token]]")
                 lines += [f"{k} = {_toml_value(v)}" for k, v in t.items()]

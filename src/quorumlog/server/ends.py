@@ -73,10 +73,10 @@ class Ends:
 
     def __init__(self, group: Group) -> None:
         self.group = group
-        self._waiters: dict[int, _Waiter] = {}
+        self.waiters: dict[int, _Waiter] = {}
 
     def __len__(self) -> int:
-        return len(self._waiters)
+        return len(self.waiters)
 
     # -- requests ----------------------------------------------------------------------------------
     def request(self, conn: Connection, frame: Frame, consistency: str, controller: Controller | None) -> None:
@@ -100,7 +100,7 @@ class Ends:
             self._prove(conn, frame, controller)
             return
         rid = g.next_request_id()
-        self._waiters[rid] = _Waiter(conn, frame)
+        self.waiters[rid] = _Waiter(conn, frame)
         self._read_index(rid)
 
     def read_index(self, done: Callable[[Completion], None]) -> None:
@@ -112,7 +112,7 @@ class Ends:
                             reason=f"group {g.name} on {g.node_id} is closed or no Raft group"))
             return
         rid = g.next_request_id()
-        self._waiters[rid] = _Waiter(done=done)
+        self.waiters[rid] = _Waiter(done=done)
         self._read_index(rid)
 
     def _read_index(self, rid: int) -> None:
@@ -122,7 +122,7 @@ class Ends:
             g.apply(g.raft_node.read_index([rid], _now_ms()))
         except Exception as e:
             g.core_error("read_index", e)
-            w = self._waiters.pop(rid, None)
+            w = self.waiters.pop(rid, None)
             if w is not None:
                 self._fail(w, rid, ResponseCode.INTERNAL_ERROR, f"group {g.name} on {g.node_id}: read index failed: "
                            f"{type(e).__name__}: {e}", None)
@@ -130,7 +130,7 @@ class Ends:
     # -- answers -----------------------------------------------------------------------------------
     def complete(self, c: Completion) -> None:
         """A READ_INDEX completion of this group's core."""
-        w = self._waiters.pop(c.request_id, None)
+        w = self.waiters.pop(c.request_id, None)
         if w is None:
             return
         if w.done is not None:
@@ -167,7 +167,7 @@ class Ends:
     def close(self) -> None:
         """Shutdown: answer every END still waiting (a client asks another node)."""
         g = self.group
-        waiters, self._waiters = self._waiters, {}
+        waiters, self.waiters = self.waiters, {}
         for rid, w in waiters.items():
             self._fail(w, rid, ResponseCode.NETWORK_ERROR, f"node {g.node_id} is shutting down (group {g.name})",
                        None)
@@ -212,16 +212,16 @@ class Ends:
                                f"Raft replica on {me} to prove the primary's epoch with", None)
             return
         rid = g.next_request_id()
-        self._waiters[rid] = _Waiter(conn, frame, epoch=ha.epoch)
+        self.waiters[rid] = _Waiter(conn, frame, epoch=ha.epoch)
         cg.ends.read_index(lambda c: self._controller_read(rid, c, controller, ctl))
 
     def _controller_read(self, rid: int, c: Completion, controller: Controller, ctl: str) -> None:
-        w = self._waiters.get(rid)
+        w = self.waiters.get(rid)
         if w is None:  # answered already (shutdown)
             return
         g = self.group
         if c.code != SUCCESS:
-            self._waiters.pop(rid)
+            self.waiters.pop(rid)
             # The controller group's leader is no hint for this group: tell the client to ask again.
             code = c.code if c.code in (ResponseCode.TIMEOUT, ResponseCode.NETWORK_ERROR) else \
                 int(ResponseCode.LEADER_NOT_READY)
@@ -236,7 +236,7 @@ class Ends:
         """Answer once the controller's record here has applied `index` and names this node primary of the
         epoch it leads, and this primary's commit reached its epoch's start; else NOT_LEADER naming the
         recorded primary, or TIMEOUT after RECORD_WAIT_S."""
-        w = self._waiters.get(rid)
+        w = self.waiters.get(rid)
         if w is None:
             return
         w.timer = None
@@ -250,24 +250,24 @@ class Ends:
         if state is not None and applied:
             a = state.groups.get(g.name)
             if not state.whole:
-                self._waiters.pop(rid)
+                self.waiters.pop(rid)
                 self._fail(w, rid, ResponseCode.TIMEOUT, f"the controller record on {me} waits for a snapshot (its "
                            f"log expired): try another node ({where})", None)
                 return
             if (a is None or a.primary != me or a.epoch != w.epoch or ha.epoch != w.epoch or not ha.confirmed
                     or ha.primary is None):
-                self._waiters.pop(rid)
+                self.waiters.pop(rid)
                 named = f"{a.primary} primary of epoch {a.epoch}" if a is not None else "no primary"
                 self._fail(w, rid, ResponseCode.NOT_LEADER, f"the controller's record names {named}; {me} led epoch "
                            f"{w.epoch} ({where})", a.primary if a is not None and a.primary != me else None)
                 return
             if g.store.committed_index >= ha.primary.start_index:
-                self._waiters.pop(rid)
+                self.waiters.pop(rid)
                 self._answer(w, g.store.end_index, g.store.committed_index, w.epoch)
                 return
         loop = asyncio.get_running_loop()
         if loop.time() >= deadline:
-            self._waiters.pop(rid)
+            self.waiters.pop(rid)
             why = (f"the controller record did not apply its read index {index} within {RECORD_WAIT_S:g} s"
                    if not applied else f"the commit index did not reach the log epoch {w.epoch} started with "
                    f"within {RECORD_WAIT_S:g} s")

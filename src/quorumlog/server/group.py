@@ -57,6 +57,10 @@ SUCCESS = int(ResponseCode.SUCCESS)
 # One proposal gathers the appends of one loop iteration, up to these bounds (the rest wait one more turn).
 MAX_PROPOSAL_ENTRIES = 16384
 MAX_PROPOSAL_BYTES = 8 << 20
+# A group whose log, commit and roles have not moved for IDLE_AFTER_MS, with nothing waiting, is ticked
+# once a heartbeat interval rather than every node tick (Group.tick): a leader's next heartbeat is due a
+# heartbeat interval after the tick that sent the last; a follower's election timeout is several of them.
+IDLE_AFTER_MS = 1000
 # How soon a term or vote that found no file descriptor free is written again.
 STABLE_RETRY_S = 0.1
 # The same unexpected core error is logged with its traceback at most this often (it may recur every tick).
@@ -138,6 +142,13 @@ class Group:
                                self.stats, self._flushed)
         self.commit_changed = asyncio.Event()
         self._last_commit = self.store.committed_index
+        # Quiet groups are ticked less often (tick): once a Raft heartbeat interval (a primary/backup
+        # group's timers, ha_heartbeat_interval_ms and up, are longer).
+        self.idle_tick_ms = max(1, cfg.raft.heartbeat_interval_ms)
+        self._seen_end = self._seen_commit = -2  # what the quiet check last saw (tick)
+        self._seen_roles = -1
+        self._active_until = 0
+        self._next_idle_tick = 0
         self.role_changes = 0
         self._last_leader: str | None = None
         self._was_recovering = self.recovering
@@ -169,11 +180,29 @@ class Group:
         if self.appends and not self._closed:
             self._propose()
 
-    def tick(self) -> None:
+    def tick(self, now: int | None = None) -> None:
+        """The node's 10 ms tick. A quiet group is ticked every `idle_tick_ms` instead: its timers
+        (heartbeats, election timeouts, reports, request expiry) are all far longer, and the ticks of a
+        hundred idle groups were most of a node's idle CPU (issue 36). Quiet: the log's end and commit and
+        the roles have not moved for IDLE_AFTER_MS, and no append, END or transfer waits; any of those
+        moving has it ticked every time again, at once."""
         if self._closed:
             return
+        if now is None:
+            now = now_ms()
+        s = self.store
+        if (s.end_index == self._seen_end and s.committed_index == self._seen_commit
+                and self.role_changes == self._seen_roles and not self.appends and not self.ends.waiters
+                and not self._transfers):
+            if now >= self._active_until:
+                if now < self._next_idle_tick:
+                    return
+                self._next_idle_tick = now + self.idle_tick_ms
+        else:
+            self._seen_end, self._seen_commit, self._seen_roles = s.end_index, s.committed_index, self.role_changes
+            self._active_until = now + IDLE_AFTER_MS
         try:
-            self.apply(self.node.tick(now_ms()))
+            self.apply(self.node.tick(now))
         except Exception as e:
             self.core_error("tick", e)
         if self.recovering != self._was_recovering:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import NodeConfig
 from ..errors import QuorumLogError
 from .events import REFUSAL, CounterWatch, Events
+from .group import now_ms
 from .metrics import Histogram
 
 if TYPE_CHECKING:
@@ -47,8 +48,9 @@ class Housekeeping:
             due = loop.time() + TICK_S
             await asyncio.sleep(TICK_S)
             self.loop_lag.observe(max(0.0, loop.time() - due))
+            now = now_ms()
             for g in self.groups.values():
-                g.tick()
+                g.tick(now)
             if self.controller is not None:
                 try:
                     self.controller.tick()
