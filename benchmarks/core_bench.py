@@ -127,6 +127,12 @@ class CountingStore:
     def set_identity(self, identity: str) -> None:
         self.identity = identity
 
+    def producer_snapshot(self) -> bytes | None:
+        return None  # (a benchmark starts with an empty log)
+
+    def save_producer_snapshot(self, blob: bytes) -> None:
+        pass
+
 
 class Bench:
     def __init__(self, batch: int, body: int, window: int, counting: bool = False, idempotent: bool = False) -> None:

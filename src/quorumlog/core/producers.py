@@ -26,12 +26,17 @@ tail) at start and before it leads. So a retry always finds its original whole, 
 
 from __future__ import annotations
 
+import contextlib
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
 
+import msgpack
+
 from ..entry import HEADER, HEADER_SIZE, META_SIZE, unpack_meta
-from ..errors import CorruptEntryError
+from ..errors import CorruptEntryError, StoreError
 from ..store.base import LogStore
+from .producer_snapshot import VERSION as SNAPSHOT_VERSION
+from .producer_snapshot import mark, verify
 
 NEW = 0
 DUPLICATE = 1
@@ -63,16 +68,16 @@ class Producer:
 
 
 class ProducerTable:
-    __slots__ = ("window", "idle_ms", "producers", "newest_wall", "_records", "_firsts", "_lasts")
+    __slots__ = ("window", "idle_ms", "producers", "newest_wall", "records", "span_firsts", "span_lasts")
 
     def __init__(self, window: int = DEFAULT_WINDOW, idle_ms: int = 24 * 3_600_000) -> None:
         self.window = window
         self.idle_ms = idle_ms
         self.producers: dict[int, Producer] = {}
         self.newest_wall = 0
-        self._records = 0
-        self._firsts: list[int] = []  # index spans of the requests above the commit, in index order
-        self._lasts: list[int] = []
+        self.records = 0
+        self.span_firsts: list[int] = []  # index spans of the requests above the commit, in index order
+        self.span_lasts: list[int] = []
 
     def __len__(self) -> int:
         return len(self.producers)
@@ -104,12 +109,12 @@ class ProducerTable:
             p.base += 1
         p.wall_ms = wall_ms
         if count > 1:
-            self._firsts.append(first_index)
-            self._lasts.append(first_index + count - 1)
+            self.span_firsts.append(first_index)
+            self.span_lasts.append(first_index + count - 1)
         if wall_ms > self.newest_wall:
             self.newest_wall = wall_ms
-        self._records += 1
-        if self._records % SWEEP_EVERY == 0:
+        self.records += 1
+        if self.records % SWEEP_EVERY == 0:
             self.sweep()
 
     def record_metas(self, metas: Iterable[tuple[int, bytes]]) -> None:
@@ -127,16 +132,16 @@ class ProducerTable:
 
     def span_at(self, index: int) -> tuple[int, int] | None:
         """The index span of the multi-entry request holding `index`, if the table still keeps it."""
-        k = bisect_right(self._firsts, index) - 1
-        if k >= 0 and self._lasts[k] >= index:
-            return self._firsts[k], self._lasts[k]
+        k = bisect_right(self.span_firsts, index) - 1
+        if k >= 0 and self.span_lasts[k] >= index:
+            return self.span_firsts[k], self.span_lasts[k]
         return None
 
     def forget_spans(self, upto: int) -> None:
         """Spans of committed requests are no longer needed (commits fall between requests)."""
-        k = bisect_right(self._lasts, upto)
+        k = bisect_right(self.span_lasts, upto)
         if k:
-            del self._firsts[:k], self._lasts[:k]
+            del self.span_firsts[:k], self.span_lasts[:k]
 
     def cut_partial_tail(self, store: LogStore) -> int:
         """Drop the uncommitted request the log holds only the start of (a torn tail, or a push cut short
@@ -157,8 +162,8 @@ class ProducerTable:
     def truncate_after(self, index: int) -> None:
         """The log was cut after `index`: forget the requests that began above it. Sequences are written
         in order, so what remains of a producer is everything below its first forgotten request."""
-        k = bisect_right(self._firsts, index)
-        del self._firsts[k:], self._lasts[k:]
+        k = bisect_right(self.span_firsts, index)
+        del self.span_firsts[k:], self.span_lasts[k:]
         for pid in list(self.producers):
             p = self.producers[pid]
             if not p.firsts or p.firsts[-1] <= index:
@@ -170,26 +175,72 @@ class ProducerTable:
 
     def clear(self) -> None:
         self.producers.clear()
-        self._firsts.clear()
-        self._lasts.clear()
+        self.span_firsts.clear()
+        self.span_lasts.clear()
 
-    def rebuild(self, store: LogStore, on_corrupt: Callable[[int, str], None] | None = None) -> None:
-        """Read the whole log's metadata (at start: the table is not persisted apart from the log). The first
-        full read since the store opened (recovery checks only the entries after its checkpoint): an entry that
-        fails its checks is handed to `on_corrupt` (its index, why), which cuts the log before it, and the read
-        starts again."""
+    def rebuild(self, store: LogStore, on_corrupt: Callable[[int, str], None] | None = None,
+                snapshot: bytes | None = None) -> None:
+        """Read the log's metadata (at start): from the end of `snapshot` (the table saved beside the log,
+        producer_snapshot.py) when it matches the log, else from the log's first entry. The first full read
+        since the store opened (recovery checks only the entries after its checkpoint), so the part the
+        snapshot covers is read too, checked, in whole runs: an entry that fails its checks is handed to
+        `on_corrupt` (its index, why), which cuts the log before it, and the read starts again (without the
+        snapshot, which held the log past the cut)."""
         while True:
             self.clear()
+            self.newest_wall = self.records = 0
             try:
-                self.scan(store, store.begin_index, store.end_index)
+                start = store.begin_index
+                held = self.restore(store, snapshot) if snapshot is not None else None
+                if held is not None:
+                    verify(store, store.begin_index, held)
+                    start = held + 1
+                self.scan(store, start, store.end_index)
                 return
             except CorruptEntryError as e:
+                snapshot = None
                 end = store.end_index
                 if on_corrupt is None or e.index is None:
                     raise
                 on_corrupt(e.index, str(e))
                 if store.end_index >= end:
                     raise  # nothing was cut: it would be met again
+
+    def encode(self, store: LogStore) -> bytes:
+        """This table as of the store's end, to save beside the log (producer_snapshot.py)."""
+        end = store.end_index
+        at = mark(store, end)
+        assert at is not None
+        rows = [(pid, p.base, p.wall_ms, p.firsts, p.counts) for pid, p in self.producers.items()]
+        return msgpack.packb((SNAPSHOT_VERSION, self.window, end, *at, self.newest_wall, self.records,
+                              self.span_firsts, self.span_lasts, rows))
+
+    def save(self, store: LogStore) -> None:
+        """Encode and save now (the simulator's way; a server encodes on its loop, writes in a thread)."""
+        with contextlib.suppress(StoreError):  # (the next start reads the whole log)
+            store.save_producer_snapshot(self.encode(store))
+
+    def restore(self, store: LogStore, blob: bytes) -> int | None:
+        """Load `blob` into this (empty) table if it matches the log: the index it holds the log to, else
+        None (also for a blob that does not parse: a damaged file costs a full rebuild, never the start)."""
+        try:
+            version, window, end, term, chain, newest_wall, records, firsts, lasts, rows = msgpack.unpackb(blob)
+            if version != SNAPSHOT_VERSION or window != self.window or mark(store, end) != (term, chain):
+                return None
+            producers = {}
+            for pid, base, wall_ms, p_firsts, p_counts in rows:
+                p = producers[int(pid)] = Producer(int(base))
+                p.wall_ms = int(wall_ms)
+                p.firsts = [int(i) for i in p_firsts]
+                p.counts = [int(c) for c in p_counts]
+            spans = [int(i) for i in firsts], [int(i) for i in lasts]
+            newest, held = int(newest_wall), int(records)
+        except (ValueError, TypeError, msgpack.UnpackException):
+            return None
+        self.producers.update(producers)
+        self.span_firsts[:], self.span_lasts[:] = spans
+        self.newest_wall, self.records = newest, held
+        return int(end)
 
     def scan(self, store: LogStore, first: int, last: int) -> None:
         """Record the requests that begin in first..last, walking headers only, and jumping over the rest

@@ -48,6 +48,7 @@ from .events import ELECTION, RECOVERY, TRANSFER, Events
 from .flush import Flusher, LoopTurn
 from .members import GroupMembers
 from .metrics import GroupStats
+from .producer_saves import ProducerSaves
 from .scrub import Scrubber
 from .store import NodeStore
 
@@ -138,6 +139,7 @@ class Group:
         self.accepting = True  # False once shutdown began: new appends are sent elsewhere
         self._error_logged: dict[tuple[str, str], float] = {}
         self.stats = GroupStats()
+        self.producer_saves = ProducerSaves(cfg.name, self.store)  # the producer table beside the log
         self.flusher = Flusher(self.store, self._executor, loop_turn if loop_turn is not None else LoopTurn(),
                                self.stats, self._flushed)
         self.commit_changed = asyncio.Event()
@@ -181,11 +183,8 @@ class Group:
             self._propose()
 
     def tick(self, now: int | None = None) -> None:
-        """The node's 10 ms tick. A quiet group is ticked every `idle_tick_ms` instead: its timers
-        (heartbeats, election timeouts, reports, request expiry) are all far longer, and the ticks of a
-        hundred idle groups were most of a node's idle CPU (issue 36). Quiet: the log's end and commit and
-        the roles have not moved for IDLE_AFTER_MS, and no append, END or transfer waits; any of those
-        moving has it ticked every time again, at once."""
+        """The node's 10 ms tick; a quiet group's (IDLE_AFTER_MS) once a heartbeat interval: its timers are
+        all longer, and idle groups' ticks were half a node's idle CPU. Anything moving ends it at once."""
         if self._closed:
             return
         if now is None:
@@ -512,7 +511,13 @@ class Group:
             elif error is not None and not self._closed:
                 self._on_fatal(error)
 
-        self._loop.run_in_executor(self._executor, self.store.checkpoint).add_done_callback(done)  # type: ignore[arg-type]
+        blob = self.producer_saves.take(self.node.producers)
+
+        def job() -> None:
+            self.store.checkpoint()
+            self.producer_saves.save(blob)
+
+        self._loop.run_in_executor(self._executor, job).add_done_callback(done)  # type: ignore[arg-type]
 
     def expire(self) -> int:
         """Drop old segments every member holds (the leader knows; a follower keeps to its commit). A
@@ -576,6 +581,8 @@ class Group:
             conn.respond_error(frame, ResponseCode.NETWORK_ERROR, f"node {self.node_id} is shutting down")
         self._transfers.clear()
         self.ends.close()
+        blob = self.producer_saves.take(self.node.producers, closing=True)
+        await self._loop.run_in_executor(self._executor, self.producer_saves.save, blob)
         await self._loop.run_in_executor(self._executor, self.store.close)
         self._executor.shutdown(wait=True)
 

@@ -526,6 +526,7 @@ class Cluster(FaultInjection):
                 continue
             if t >= sim.next_checkpoint:
                 sim.store.checkpoint()
+                node.producers.save(sim.store)  # (as the server does now and then)
                 self.checker.on_checkpoint(i, sim.store)
                 sim.next_checkpoint = t + self.rng.randint(100, 400)
             if node.stats["log_resets"] != sim.resets_seen:

@@ -400,6 +400,8 @@ class PbCluster:
                         self._tick_controller(m)
                 if self.rng.random() < 0.03:
                     m.store.checkpoint()
+                    if m.node is not None:
+                        m.node.producers.save(m.store)
                     self.checker.on_checkpoint(m.id, m.store)
                     if m.ctl is not None:
                         m.ctl_store.checkpoint()

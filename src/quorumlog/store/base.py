@@ -134,6 +134,14 @@ class LogStore(Protocol):
         string without newline, '=' or NUL (else InvalidArgumentError)."""
         ...
 
+    def producer_snapshot(self) -> bytes | None:
+        """The producer table last saved beside the log (core/producer_snapshot.py), as saved; None if none."""
+        ...
+
+    def save_producer_snapshot(self, blob: bytes) -> None:
+        """Keep `blob` as the producer snapshot, durably before returning (replacing the last one whole)."""
+        ...
+
     def append(self, bodies: Sequence[bytes], term: int, magic: int = MAGIC_NORMAL,
                metas: Mapping[int, bytes] | None = None) -> Appended:
         """Leader append: encode `bodies` as entries end_index+1.. of `term`, write them. `metas` maps an

@@ -9,6 +9,8 @@ Layout of one store directory (`<data-dir>/<group>/<node-id>/`):
   identity    the group identity the store was made for
   configs     the log's CONFIG entries and the one in force at its begin (configs.py), replaced
               atomically before an entry adds one and after a cut, expiry or reset
+  producers   the producer table as of a log index (core/producer_snapshot.py), replaced atomically now
+              and then and at a clean close: a start reads the log after that index only
   lock        flock'ed by the process that has the store open; holds its pid
 
 This module opens and recovers the store and keeps its state, flushes and checkpoints; the rest of FileStore
@@ -29,7 +31,7 @@ from ..config import StoreConfig
 from ..entry import INDEX_UNIT_SIZE
 from ..errors import CorruptEntryError, DiskError, DiskFullError, OutOfFilesError, StoreError
 from .base import Damage
-from .checkpoint import Checkpoint, StableState, check_token, read_checkpoint, write_checkpoint
+from .checkpoint import Checkpoint, StableState, check_token, read_checkpoint, read_if_present, write_checkpoint
 from .configs import read_configs
 from .dirlock import DirLock
 from .durable_mark import DurableMark
@@ -41,6 +43,8 @@ from .recovery import Scan, judge, scan
 from .segments import SegmentList
 from .stable import StableFiles
 from .vfs import NO_SPACE, OUT_OF_FILES, OsFiles
+
+PRODUCERS_FILE = "producers"
 
 _DISK_PROBE_INTERVAL_S = 0.1
 # ... or once this much was written since, whichever comes first: a fast writer on a small disk (a 64 MiB
@@ -245,6 +249,22 @@ class FileStore(FileAppends, FileCuts, FileConfigs):
             self._stable.set_identity(identity)
         except OSError as e:
             self._fail(e)
+
+    def producer_snapshot(self) -> bytes | None:
+        try:
+            return read_if_present(os.path.join(self.dir, PRODUCERS_FILE))
+        except StoreError:
+            return None  # (unreadable: the table is rebuilt from the whole log)
+
+    def save_producer_snapshot(self, blob: bytes) -> None:
+        """Not the log: a failed write (StoreError) leaves the store working and the last file whole."""
+        self._check_writable()
+        path = os.path.join(self.dir, PRODUCERS_FILE)
+        try:
+            self.files.write_atomic(path, blob)
+        except OSError as e:
+            raise StoreError(f"{path}: {e.strerror}: the producer table is read from the whole log at the next "
+                             "start") from None
 
     # -- writes --------------------------------------------------------------------------------
     def _check_writable(self) -> None:

@@ -55,6 +55,7 @@ class MemoryStore:
         self._durable_stable: tuple[int, str | None, bool] = (0, None, False)  # what a crash keeps
         self._damage: Damage | None = None
         self._identity: str | None = None
+        self._producer_snapshot: bytes | None = None  # durable once saved, as FileStore's file
         # The CONFIG entries (configs.py). A FileStore's `configs` file is written before the entry it adds
         # and after every removal; none of those can fail here, so this is also what a crash keeps.
         self._configs = ConfigLog()
@@ -109,6 +110,12 @@ class MemoryStore:
         if self._identity is None:  # as FileStore writes `currterm` first: an identity never outlives the
             self.persist_stable()  # term and recovery flag a joining node took before it (raft/node.py _join)
         self._identity = identity
+
+    def producer_snapshot(self) -> bytes | None:
+        return self._producer_snapshot
+
+    def save_producer_snapshot(self, blob: bytes) -> None:
+        self._producer_snapshot = bytes(blob)
 
     @property
     def configs(self) -> tuple[Config, ...]:
