@@ -179,13 +179,13 @@ class ProducerTable:
         self.span_lasts.clear()
 
     def rebuild(self, store: LogStore, on_corrupt: Callable[[int, str], None] | None = None,
-                snapshot: bytes | None = None) -> None:
+                snapshot: bytes | None = None) -> bool:
         """Read the log's metadata (at start): from the end of `snapshot` (the table saved beside the log,
         producer_snapshot.py) when it matches the log, else from the log's first entry. The first full read
         since the store opened (recovery checks only the entries after its checkpoint), so the part the
         snapshot covers is read too, checked, in whole runs: an entry that fails its checks is handed to
         `on_corrupt` (its index, why), which cuts the log before it, and the read starts again (without the
-        snapshot, which held the log past the cut)."""
+        snapshot, which held the log past the cut). Whether the snapshot was taken."""
         while True:
             self.clear()
             self.newest_wall = self.records = 0
@@ -196,7 +196,7 @@ class ProducerTable:
                     verify(store, store.begin_index, held)
                     start = held + 1
                 self.scan(store, start, store.end_index)
-                return
+                return held is not None
             except CorruptEntryError as e:
                 snapshot = None
                 end = store.end_index

@@ -50,7 +50,8 @@ class HaNode:
         self.producers = ProducerTable(raft.producer_window, raft.producer_idle_ms)
         if store.damage is not None or (store.tail_cut is not None and self._primary_by_store()):
             self._lost_at_start()
-        self.producers.rebuild(store, self._cut_damaged, store.producer_snapshot())
+        if self.producers.rebuild(store, self._cut_damaged, store.producer_snapshot()):
+            self.stats["producers_from_snapshot"] += 1
         self.epoch, primary = store.load_vote()
         # Recovering only because its store started pristine (not for entries it lost since): the controller
         # may find the whole group new (controller_core.py, _vouched). A cut at damage ends it.

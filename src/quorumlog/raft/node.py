@@ -100,8 +100,9 @@ class RaftNode(Reconfiguration, Rejoining, Transitions):
             self._join(BOOTSTRAP)  # a group of one has nobody to ask
         # Every member keeps its log's producer table (producers.py); a damaged entry met is cut and re-fetched.
         self.producers = ProducerTable(config.producer_window, config.producer_idle_ms)
-        self.producers.rebuild(store, lambda index, why: store.mark_damaged(index, why),  # (only on damage)
-                               store.producer_snapshot())
+        if self.producers.rebuild(store, lambda index, why: store.mark_damaged(index, why),  # (only on damage)
+                                  store.producer_snapshot()):
+            self.stats["producers_from_snapshot"] += 1
         self.stats["partial_requests_cut"] += bool(self.producers.cut_partial_tail(store))
         self.handler = EntryHandler(self.member, store, config, self.stats, self.producers)
         self.leader: Leader | None = None

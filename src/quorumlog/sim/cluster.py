@@ -234,6 +234,8 @@ class Cluster(FaultInjection):
         sim = self.sims[node_id]
         self._start(sim)
         self.stats["restarts"] += 1
+        if sim.node is not None:
+            self.stats["restarts_from_a_producer_snapshot"] += sim.node.stats["producers_from_snapshot"]
         self._trace(node_id, f"RESTART term {sim.store.load_vote()} end {sim.store.end_index} "
                              f"commit {sim.store.committed_index} damage {sim.store.damage}")
         self.checker.on_restart(node_id, sim.store)
