@@ -365,6 +365,8 @@ class PbCluster:
             if m.node is None and m.down_until is not None and t >= m.down_until:
                 self._start(m)
                 self.stats["restarts"] += 1
+                if m.node is not None:
+                    self.stats["restarts_from_a_producer_snapshot"] += m.node.stats["producers_from_snapshot"]
                 self._trace(m.id, f"RESTART epoch {m.store.load_vote()} end {m.store.end_index}")
                 self.checker.on_restart(m.id, m.store)
                 if m.ctl is not None:
