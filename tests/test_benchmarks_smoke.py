@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
@@ -89,3 +90,22 @@ def test_hop_trace_with_steps_shows_each_nodes_share() -> None:
              "x:FileStore.append_encoded_metas", "fsync", "fsynced", "e:PeerLinks.send", "send-peer"]
     assert [at[tag] for tag in order] == sorted(at[tag] for tag in order), done.stdout
     assert "e:Leader.dispatch_all" in done.stdout and "e:Group._complete_append" in done.stdout
+
+
+def test_scale_benchmark_runs_quick_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """Groups per node, log length and producers, each small. Not timings: an empty group's replica takes
+    at most the 8 MiB of disk it may (the window ahead follows the write rate), every group is led, every
+    append of the producer phase is acknowledged, and no process or directory is left."""
+    before = set(Path(tempfile.gettempdir()).glob("quorumlog-scale-*"))
+    out = tmp_path / "scale.json"
+    done = subprocess.run([sys.executable, str(BENCH / "scale_bench.py"), "--quick", "--json", str(out)],
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+    figures = json.loads(out.read_text())
+    assert figures["leftover_processes"] == []
+    for g in figures["groups"]:
+        assert g["disk_per_replica_mib"] <= 8 and sum(g["leaders"].values()) == g["groups"], g
+    assert all(p["append_failures"] == 0 and min(p["group_producers_after"].values()) >= p["producers"]
+               for p in figures["producers"]), figures["producers"]
+    assert [r["entries"] for r in figures["log_entries"] if "clean" in r], figures["log_entries"]
+    assert set(Path(tempfile.gettempdir()).glob("quorumlog-scale-*")) == before
