@@ -152,6 +152,16 @@ def pid_of(node: LocalNode) -> int:
     return node.proc.pid
 
 
+def record_run(rows: list[dict[str, Any]], key: str, value: int, label: str,
+               run: Callable[[int, argparse.Namespace], dict[str, Any]], a: argparse.Namespace) -> None:
+    """`run(value, a)`'s figures appended to `rows`; a failed run's error in their place (the others go on)."""
+    try:
+        rows.append(run(value, a))
+    except BenchError as e:
+        console.print(f"[red]  {label}: {e}[/red]")
+        rows.append({key: value, "error": str(e)})
+
+
 def log_tail(node: LocalNode, lines: int = 5) -> str:
     try:
         return " | ".join(node.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -396,11 +406,7 @@ def groups_section(a: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
             rows.append({"groups": n, "skipped": f"needs ~{need / GiB:.1f} GiB of disk"})
             continue
         console.print(f"groups per node: {n} groups on 3 nodes…")
-        try:
-            rows.append(one_groups_run(n, a))
-        except BenchError as e:
-            console.print(f"[red]  {n} groups: {e}[/red]")
-            rows.append({"groups": n, "error": str(e)})
+        record_run(rows, "groups", n, f"{n} groups", one_groups_run, a)
 
 
 def per_node(per: dict[str, dict[str, float | None]], key: str, fmt: str) -> str:
@@ -557,11 +563,7 @@ def log_section(a: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
         if not room_for(need, f"{count:,} entries"):
             rows.append({"entries": count, "skipped": f"needs ~{need / GiB:.1f} GiB of disk"})
             continue
-        try:
-            rows.append(one_log_run(count, a))
-        except BenchError as e:
-            console.print(f"[red]  {count:,} entries: {e}[/red]")
-            rows.append({"entries": count, "error": str(e)})
+        record_run(rows, "entries", count, f"{count:,} entries", one_log_run, a)
 
 
 def log_table(rows: list[dict[str, Any]], a: argparse.Namespace) -> Table:
@@ -682,11 +684,7 @@ def producers_section(a: argparse.Namespace, rows: list[dict[str, Any]]) -> None
     """Each run's figures appended to `rows` as it ends (kept when a later one is interrupted)."""
     for p in a.producers:
         console.print(f"producers: {p:,} on a 3-node cluster, one group…")
-        try:
-            rows.append(one_producers_run(p, a))
-        except BenchError as e:
-            console.print(f"[red]  {p:,} producers: {e}[/red]")
-            rows.append({"producers": p, "error": str(e)})
+        record_run(rows, "producers", p, f"{p:,} producers", one_producers_run, a)
 
 
 def producers_table(rows: list[dict[str, Any]], a: argparse.Namespace) -> Table:
