@@ -596,20 +596,22 @@ async def real_producers(endpoint: str, count: int, entries: int, body: bytes, t
     try:
         await bounded_map(lambda c: c.metadata(with_nodes=False), clients, 8)  # connected
 
-        async def produce(c: AsyncClient) -> None:
-            for _ in range(entries):
-                try:
-                    await c.append(body)
-                    rate.done += 1
-                except QuorumLogError as e:
-                    rate.fail(e)
-
         t0 = time.monotonic()
-        await asyncio.gather(*(produce(c) for c in clients))
+        await asyncio.gather(*(append_counted(c, entries, body, rate) for c in clients))
         rate.seconds = time.monotonic() - t0
     finally:
         await close_all(clients)
     return rate
+
+
+async def append_counted(c: AsyncClient, entries: int, body: bytes, rate: Rate) -> None:
+    """`entries` appends one at a time, each counted in `rate` as done or failed."""
+    for _ in range(entries):
+        try:
+            await c.append(body)
+            rate.done += 1
+        except QuorumLogError as e:
+            rate.fail(e)
 
 
 async def mux_producers(endpoint: str, count: int, entries: int, body: bytes, connections: int,
@@ -625,12 +627,7 @@ async def mux_producers(endpoint: str, count: int, entries: int, body: bytes, co
         async def produce(k: int, c: AsyncClient) -> None:
             for i in range(k, count, len(clients)):
                 c.producer = Producer(base + i + 1, PRODUCER_WINDOW, random.Random(i))
-                for _ in range(entries):
-                    try:
-                        await c.append(body)
-                        rate.done += 1
-                    except QuorumLogError as e:
-                        rate.fail(e)
+                await append_counted(c, entries, body, rate)
 
         t0 = time.monotonic()
         await asyncio.gather(*(produce(k, c) for k, c in enumerate(clients)))
