@@ -144,9 +144,9 @@ class Group:
                                self.stats, self._flushed)
         self.commit_changed = asyncio.Event()
         self._last_commit = self.store.committed_index
-        # Quiet groups are ticked less often (tick): once a Raft heartbeat interval (a primary/backup
-        # group's timers, ha_heartbeat_interval_ms and up, are longer).
-        self.idle_tick_ms = max(1, cfg.raft.heartbeat_interval_ms)
+        # Quiet groups are ticked less often (tick): once a heartbeat interval, the shorter of Raft's and
+        # primary/backup's (a backup reports once an ha heartbeat interval, a primary beats as often).
+        self.idle_tick_ms = max(1, min(cfg.raft.heartbeat_interval_ms, cfg.ha.ha_heartbeat_interval_ms))
         self._seen_end = self._seen_commit = -2  # what the quiet check last saw (tick)
         self._seen_roles = -1
         self._active_until = 0
