@@ -85,6 +85,9 @@ class RaftConfig:
     preferred_leader: str | None = None
     pre_vote: bool = True
     check_quorum: bool = True
+    # A group quiet for an election timeout, every member caught up, stops heartbeating; its followers then
+    # wait for its leader's node to fall silent (raft/quiesce.py). Idle groups cost next to nothing.
+    quiesce: bool = True
     # The idempotent producer (core/producers.py): requests a producer may have in flight, and how long
     # an idle producer is remembered (by the wall clock written in the log). Keep the idle time below
     # the store's retention: a member reset to the leader's begin only knows producers it can read.

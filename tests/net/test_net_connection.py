@@ -349,7 +349,7 @@ def test_hello_over_sockets(server_secret, client_secret, cluster, match):
             kw = dict(cluster=cluster, node_id="n7", secret=client_secret)
             if match is None:
                 conn = await connect(HOST, server.port, **kw)
-                assert conn.peer_id == "n0" and conn.version == PROTOCOL_VERSION == 3 and established == ["n7"]
+                assert conn.peer_id == "n0" and conn.version == PROTOCOL_VERSION == 4 and established == ["n7"]
                 f = await conn.request(Op.GET, b"hi", timeout=5)
                 assert bytes(f.body) == b"hi"
                 conn.close()

@@ -207,22 +207,24 @@ def test_version_negotiation():
     assert ei.value.code == ResponseCode.UNSUPPORTED
 
 
-def test_version_3_is_required_between_nodes_and_clients_of_version_2_are_served():
-    """Version 3 changed only peer messages (HaReport.recovering): a version-2 client is served in 2, a
-    version-2 node is refused at HELLO with a reason, and a node answered in 2 gives up."""
-    c, s = ClientHandshake("c1", "client", version=2), ServerHandshake("c1", "n0")
+@pytest.mark.parametrize("old", [2, 3])
+def test_version_4_is_required_between_nodes_and_clients_of_versions_2_and_3_are_served(old):
+    """Versions 3 and 4 changed only peer messages (HaReport.recovering; the quiet heartbeat and NODE_PING,
+    raft/quiesce.py): a client of an older version is served in its version, a node of an older version is
+    refused at HELLO with a reason, and a node answered in an older version gives up."""
+    c, s = ClientHandshake("c1", "client", version=old), ServerHandshake("c1", "n0")
     run(c, s)
-    assert c.version == s.version == 2
+    assert c.version == s.version == old
     s = ServerHandshake("c1", "n0", groups=G_OK)
-    reply = s.receive(Op.HELLO, schemas.HELLO_PEER_REQUEST.encode(2, "c1", "n1", G_OK))
+    reply = s.receive(Op.HELLO, schemas.HELLO_PEER_REQUEST.encode(old, "c1", "n1", G_OK))
     assert reply.close and s.state is State.FAILED
     r = schemas.HELLO_RESPONSE.decode(reply.body)
     assert r.code == ResponseCode.UNSUPPORTED
-    assert r.reason == "peer speaks handshake version 2; this node requires 3: upgrade every node"
+    assert r.reason == f"peer speaks handshake version {old}; this node requires 4: upgrade every node"
     c = ClientHandshake("c1", "n1", groups=G_OK, expect_node="n0")
     c.start()
-    with pytest.raises(HandshakeError, match="node 'n0' speaks handshake version 2; this node requires 3"):
-        c.receive(Op.HELLO, schemas.HELLO_RESPONSE.encode(200, "", 2, "n0", b"", False))
+    with pytest.raises(HandshakeError, match=f"node 'n0' speaks handshake version {old}; this node requires 4"):
+        c.receive(Op.HELLO, schemas.HELLO_RESPONSE.encode(200, "", old, "n0", b"", False))
 
 
 @pytest.mark.parametrize("secret", [None, "k"])

@@ -56,6 +56,10 @@ class ReplicaCore(Core, Protocol):
     def producers(self) -> ProducerTable: ...
 
     @property
+    def quiesced(self) -> bool:
+        """An idle Raft group gone quiet (raft/quiesce.py); a primary/backup core never is."""
+
+    @property
     def stats(self) -> Counter[str]:
         """Event counters, by event."""
 
@@ -95,3 +99,6 @@ class ReplicaCore(Core, Protocol):
 
     def report_corruption(self, error: CorruptEntryError, now_ms: int) -> Ready:
         """A read outside the core met a damaged entry of this replica."""
+
+    def peer_down(self, peer: str, now_ms: int) -> Ready:
+        """`peer`'s node has been silent for an election timeout (a quiet Raft group wakes; raft/quiesce.py)."""

@@ -108,6 +108,11 @@ class HaNode:
         does, and a fresh cluster must raise no recovery alert (the controller test's start race found it)."""
         return self.started_pristine and self.store.recovering
 
+    quiesced = False  # (a backup reports, and a primary streams, whatever the load: ha/backup.py)
+
+    def peer_down(self, peer: str, now_ms: int) -> Ready:
+        return Ready()
+
     @property
     def recovering(self) -> bool:
         """May lack entries it acknowledged (damage, a cut tail, a pristine store), and not yet cleared: it

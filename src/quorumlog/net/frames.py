@@ -26,9 +26,10 @@ from .errors import ProtocolError
 # 2: the mutual HELLO (hello.py); a node of version 1 is refused at HELLO with a reason it can read.
 # 3: peer messages changed (HaReport.recovering); client operations are those of 2, so a node speaks both
 # to clients, and 3 only to peers (MIN_PEER_VERSION).
-PROTOCOL_VERSION = 3
-SUPPORTED_VERSIONS: frozenset[int] = frozenset({2, PROTOCOL_VERSION})
-MIN_PEER_VERSION = 3
+# 4: peer messages changed again (a heartbeat's quiesce flag, NODE_PING: raft/quiesce.py); clients as in 2.
+PROTOCOL_VERSION = 4
+SUPPORTED_VERSIONS: frozenset[int] = frozenset({2, 3, PROTOCOL_VERSION})
+MIN_PEER_VERSION = 4
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 # From this size a body is handed to the kernel as it is (writev) rather than joined into one buffer.
 GATHER_BYTES = 1 << 16

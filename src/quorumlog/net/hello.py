@@ -21,7 +21,8 @@ non-SUCCESS code and a reason, after which the server closes the connection. The
 this layout in every protocol version, so peers of different versions can always tell each other why:
 a node of version 1 (the one-sided proof) is refused at HELLO with "peer speaks handshake version 1; this
 node requires 2: upgrade every node", and a dialler answered in version 1 gives up with the same words.
-Version 3 changed only messages between nodes: a node takes clients of version 2 or 3, and peers of 3.
+Versions 3 and 4 changed only messages between nodes: a node takes clients of version 2, 3 or 4, and peers
+of 4.
 A refusal tells a dialler that has not proved the key nothing it did not send: a wrong cluster name is
 answered "cluster name does not match" (not the node's own cluster name), and an unknown token is checked
 like a known one, an HMAC under a key nobody knows and a constant-time compare, and refused with the same

@@ -37,6 +37,7 @@ class Op(IntEnum):
     PUSH = 33
     PROBE = 34  # a node with a pristine store asks whether the group already has a log
     READ_INDEX = 35  # a follower asks its leader for a linearizable read point (raft/reads.py)
+    NODE_PING = 36  # one-way, no body: this node is alive (raft/quiesce.py: quiet groups send no heartbeats)
     # Primary/backup (HA) frames, between a primary and its backups.
     HA_REPORT = 40  # backup -> primary: its max offset (direction 0), or its handshake (1)
     HA_TRANSFER = 41  # primary -> backup: offset, size and raw log bytes or a heartbeat (0), or a cut (1)

@@ -45,7 +45,7 @@ class Elector:
                  "last_leader_contact", "pre_candidate", "votes", "next_heartbeat", "leader_since",
                  "peer_seen", "heard", "started", "transfer_target", "transfer_deadline", "transfer_request",
                  "transfer_sent", "next_preferred_check", "jitter", "round", "next_ask", "deferred", "peer_full",
-                 "heartbeat_round")
+                 "heartbeat_round", "quiesced")
 
     def __init__(self, member: MemberState, store: LogStore, config: RaftConfig, rng: random.Random,
                  stats: Counter[str], peer_match: Callable[[str], int],
@@ -78,6 +78,9 @@ class Elector:
         self.round: tuple[int, bool, bool] | None = None  # the running vote round: (term, pre-vote, transfer)
         self.next_ask = 0
         self.deferred = False  # this wait for a leader was lengthened once already (a full disk)
+        # The group is quiet (quiesce.py): a leader sends no heartbeats and skips check-quorum, a follower
+        # runs no election timer. The node sets and clears it; the peer_down input ends it.
+        self.quiesced = False
 
     # -- timers --------------------------------------------------------------------------------
     def reset_timer(self, now: int) -> None:
@@ -100,6 +103,8 @@ class Elector:
         m = self.member
         if m.role == Role.LEADER:
             return self._tick_leader(now, out)
+        if self.quiesced:  # its leader's node is alive (the driver reports it otherwise: peer_down)
+            return None
         if self.deadline is None:
             self.reset_timer(now)
             return None
@@ -201,7 +206,7 @@ class Elector:
         if not self.config.check_quorum:
             return False
         m = self.member
-        if m.role == Role.LEADER:
+        if m.role == Role.LEADER or self.quiesced:
             return True
         return (m.leader_id is not None and self.last_leader_contact is not None
                 and now - self.last_leader_contact < self.election_timeout)
@@ -270,6 +275,8 @@ class Elector:
 
     def _tick_leader(self, now: int, out: Ready) -> Outcome | None:
         m = self.member
+        if self.quiesced:  # no heartbeats, no acks to count: anything that happens wakes the group first
+            return None
         # Check quorum first: a leader about to step down must not heartbeat its followers once more.
         if self.config.check_quorum and now - self.leader_since >= self.election_timeout:
             window = self.election_timeout
@@ -285,15 +292,31 @@ class Elector:
         self._maybe_hand_to_preferred(now, out)
         return None
 
-    def send_heartbeats(self, now: int, out: Ready) -> None:
-        """A heartbeat to every other member, now (a read waiting for a round also sends one: reads.py)."""
+    def send_heartbeats(self, now: int, out: Ready, quiesce: bool = False) -> None:
+        """A heartbeat to every other member, now (a read waiting for a round also sends one: reads.py);
+        with `quiesce`, the last one before the group goes quiet (quiesce.py)."""
         m = self.member
         commit = self.store.committed_index
         end = self.store.end_index
         round_ = self.heartbeat_round()
         for peer in m.others:
-            out.messages.append(HeartbeatRequest(m.group, m.node_id, peer, m.term, commit, end, round_))
+            out.messages.append(HeartbeatRequest(m.group, m.node_id, peer, m.term, commit, end, round_, quiesce))
         self.next_heartbeat = now + self.config.heartbeat_interval_ms
+
+    def wake(self, now: int) -> None:
+        """A quiet leader has work again: heartbeat now, and count check-quorum from now (nobody answered
+        while it was quiet)."""
+        self.quiesced = False
+        self.next_heartbeat = now
+        self.peer_seen = {p: now for p in self.member.voter_others}
+
+    def leader_silent(self, now: int) -> None:
+        """A quiet follower's leader node fell silent for an election timeout: the timer runs again, and
+        only the back-off is left of it (the silence was the timeout)."""
+        self.quiesced = False
+        self.jitter = self.rng.randint(0, self.config.election_backoff_ms)
+        self.deadline = now + self.jitter
+        self.last_leader_contact = None
 
     # -- leadership transfer ---------------------------------------------------------------------
     @property

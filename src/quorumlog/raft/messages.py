@@ -66,6 +66,7 @@ class HeartbeatRequest:
     commit_index: int
     last_index: int = -1
     round: int = 0  # ReadIndex (reads.py): the follower echoes it, confirming the leader at this round
+    quiesce: bool = False  # the group is quiet: stop the election timer while this node lives (quiesce.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +254,7 @@ def describe(m: Message) -> str:
     if isinstance(m, VoteResponse):
         return f"{head} {'pre ' if m.pre_vote else ''}granted={m.granted} code={m.code}"
     if isinstance(m, HeartbeatRequest):
-        return f"{head} commit={m.commit_index} last={m.last_index} round={m.round}"
+        return f"{head} commit={m.commit_index} last={m.last_index} round={m.round}{' QUIESCE' if m.quiesce else ''}"
     if isinstance(m, HeartbeatResponse):
         return f"{head} code={m.code} end={m.end_index} round={m.round}"
     if isinstance(m, ReadIndexRequest):

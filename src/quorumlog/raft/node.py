@@ -48,6 +48,7 @@ from .messages import (
     refusal,
 )
 from .pusher import Leader
+from .quiesce import Quiescence
 from .reads import NOT_LEADER, ReadIndex
 from .reconfig import Reconfiguration
 from .rejoin import Rejoining
@@ -55,11 +56,12 @@ from .roles import Event, Outcome
 from .transitions import Transitions
 
 SUCCESS = int(ResponseCode.SUCCESS)
+INCONSISTENT_STATE = int(ResponseCode.INCONSISTENT_STATE)
 _REQUESTS = (VoteRequest, HeartbeatRequest, PushRequest, TimeoutNow)
 _INPUT_ERRORS = (IndexOutOfRangeError, InvalidArgumentError)
 
 
-class RaftNode(Reconfiguration, Rejoining, Transitions):
+class RaftNode(Reconfiguration, Rejoining, Transitions, Quiescence):
     """One member of one Raft group (a core/replica.py ReplicaCore); its membership changes are
     reconfig.py's."""
 
@@ -199,8 +201,12 @@ class RaftNode(Reconfiguration, Rejoining, Transitions):
             leader = self.leader
             self.reads.expire(now_ms, out)
             if leader is not None and self.member.role == Role.LEADER:
+                if self.store.end_term != self.member.term and self.write_noop():
+                    self.stats["noop_written_late"] += 1  # (its disk was full when it was elected)
                 leader.expire_pending(now_ms, out)
                 leader.dispatch_all(now_ms, out, tick=True)
+                if self.config.quiesce and not self.elector.quiesced:
+                    self._maybe_quiesce(now_ms, out)
             elif self.member.role == Role.FOLLOWER:
                 self.handler.drain(now_ms, out)
         except CorruptEntryError as e:
@@ -255,6 +261,7 @@ class RaftNode(Reconfiguration, Rejoining, Transitions):
         if self.elector.transferring:
             return self._refuse(requests, ResponseCode.LEADER_TRANSFERRING)
         out, before = self._begin(now_ms)
+        self._wake(now_ms, out)
         self.leader.propose(requests, now_ms, wall_ms, out)
         return self._finish(out, before)
 
@@ -270,6 +277,7 @@ class RaftNode(Reconfiguration, Rejoining, Transitions):
         """Linearizable read points for these requests (reads.py): each is answered by a Completion of kind
         READ_INDEX once this node's commit index is one no read can have seen exceeded when it arrived."""
         out, before = self._begin(now_ms)
+        self._wake(now_ms, out)
         if self.foreign_group_id is not None or self.joiner is not None or self.member.role == Role.CANDIDATE:
             m = self.member
             out.completions.extend(Completion(r, NOT_LEADER, READ_INDEX, term=m.term, leader_id=m.leader_id)
@@ -281,6 +289,7 @@ class RaftNode(Reconfiguration, Rejoining, Transitions):
     def transfer_leader(self, target: str, now_ms: int, request_id: int | None = None) -> Ready:
         """Hand leadership to `target`; the outcome arrives as a Completion of kind "transfer"."""
         out, before = self._begin(now_ms)
+        self._wake(now_ms, out)
         rid = self._request_id(request_id)
         out.request_id = rid
         self.elector.transfer(target, now_ms, rid, out)
@@ -290,6 +299,7 @@ class RaftNode(Reconfiguration, Rejoining, Transitions):
         """A read outside the core (a client's READ or GET) met a corrupt stored entry: recover that range
         from the peers, as when the core meets it itself."""
         out, before = self._begin(now_ms)
+        self._wake(now_ms, out)
         self._on_corruption(error, now_ms, out)
         return self._finish(out, before)
 
@@ -324,6 +334,7 @@ class RaftNode(Reconfiguration, Rejoining, Transitions):
             self._config_committed(out)
         changed = (m.role, m.term, m.leader_id) != before
         if changed:
+            self.elector.quiesced = False
             out.changes.append(RoleChange(m.role, m.term, m.leader_id))
         leader = self.leader
         self.reads.after(changed, leader is not None and leader.commit >= leader.term_start, out)
@@ -350,6 +361,9 @@ class RaftNode(Reconfiguration, Rejoining, Transitions):
             return
         self.elector.heard[msg.sender] = now  # across terms and roles: whom expiry still waits for
         cls = type(msg)  # exact types, most frequent first: this runs for every message
+        if self.elector.quiesced and m.role == Role.LEADER and not (
+                cls is HeartbeatResponse and msg.code == SUCCESS):  # type: ignore[union-attr]
+            self._wake(now, out)  # (a member's plain ack of the quiet is all a quiet leader expects)
         if cls is PushRequest or cls is HeartbeatRequest or cls is TimeoutNow:
             if self.joiner is not None:
                 self._join(JOIN)  # a leader exists (or existed), so the group does
@@ -378,6 +392,8 @@ class RaftNode(Reconfiguration, Rejoining, Transitions):
                 leader.on_heartbeat_response(msg.sender, msg.end_index, now, out)  # type: ignore[union-attr]
                 if self.reads.on_ack(msg.sender, msg.round, out):  # type: ignore[union-attr]
                     self.elector.send_heartbeats(now, out)  # requests wait for a round: the next one now
+            elif msg.code == INCONSISTENT_STATE:  # type: ignore[union-attr]
+                leader.on_quiet_refused(msg.sender, msg.end_index, now, out)  # type: ignore[union-attr]
         elif cls is ReadIndexRequest or cls is ReadIndexResponse:
             if self.reads.on_message(msg, now, out):  # type: ignore[arg-type]
                 self.elector.send_heartbeats(now, out)
@@ -413,6 +429,9 @@ class RaftNode(Reconfiguration, Rejoining, Transitions):
         elif m.role == Role.CANDIDATE or m.leader_id is None:
             self._run(Outcome(Event.LEADER_SEEN, msg.term, msg.sender, msg.sender), now, out)
         self.elector.on_leader_contact(now)
+        quiet_flag = type(msg) is HeartbeatRequest and msg.quiesce
+        if not quiet_flag and self.elector.quiesced:
+            self._follower_heard(msg)
         handler = self.handler
         if isinstance(msg, PushRequest):
             handler.on_push(msg, out)
@@ -428,7 +447,8 @@ class RaftNode(Reconfiguration, Rejoining, Transitions):
                 self.recover_leader_end = msg.last_index
                 self.recover_leader_term = msg.term
             handler.apply_commit(msg.commit_index)
-            out.messages.append(HeartbeatResponse(m.group, m.node_id, msg.sender, m.term, SUCCESS,
+            code = SUCCESS if not quiet_flag or self._follower_quiesce(msg) else INCONSISTENT_STATE
+            out.messages.append(HeartbeatResponse(m.group, m.node_id, msg.sender, m.term, code,
                                                   self.store.end_index, msg.round))
         else:  # TimeoutNow: our leader hands over; campaign at once, past the voters' leader lease
             if self.can_lead():

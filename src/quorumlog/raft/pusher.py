@@ -268,6 +268,18 @@ class Leader:
         if d is not None:
             self._check_shorter(d, end_index, now, out)
 
+    def on_quiet_refused(self, peer: str, end_index: int, now: int, out: Ready) -> None:
+        """A follower could not go quiet (raft/quiesce.py): its log or commit index is not ours, though its
+        watermark says it holds every entry; typically it lost its leader for a moment, and with it the proof
+        that its entries are ours, so heartbeats alone no longer advance its commit index. Compare again
+        at the watermark: the answer proves the entries and carries the commit index."""
+        d = self.dispatchers.get(peer)
+        if d is None or self._check_shorter(d, end_index, now, out):
+            return
+        self.stats["quiet_refused_compare"] += 1
+        d.progress.become_compare(min(d.progress.match, self.store.end_index))
+        self.dispatch(d, now, out)
+
     def _check_shorter(self, d: Dispatcher, end_index: int, now: int, out: Ready) -> bool:
         """A follower whose log ends below its watermark lost entries it acknowledged (a wiped data
         directory, a corrupt entry cut away): stop counting them at once, on every response, and find the

@@ -63,6 +63,7 @@ class Reconfiguration:
         def _request_id(self, request_id: RequestId | None) -> RequestId: ...
         def peer_match(self, peer: str) -> int: ...
         def _run(self, outcome: Outcome | None, now: int, out: Ready) -> None: ...
+        def _wake(self, now: int, out: Ready) -> None: ...
 
     def change_members(self, change: Callable[[Membership], Membership], now_ms: int,
                        request_id: RequestId | None = None) -> Ready:
@@ -74,6 +75,7 @@ class Reconfiguration:
         one valid single-server step (UNEXPECTED_ARGUMENT), and for the promotion of a learner more than
         `learner_promote_lag` entries behind (FALL_BEHIND_TOO_MUCH)."""
         out, before = self._begin(now_ms)
+        self._wake(now_ms, out)
         rid = self._request_id(request_id)
         out.request_id = rid
         m = self.member

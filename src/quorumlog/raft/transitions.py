@@ -99,6 +99,16 @@ class Transitions:
         self.leader = None
         self.stats["step_downs"] += 1
 
+    def write_noop(self) -> bool:
+        """The NOOP of our term lets earlier entries commit without waiting for a client write (§5.4.2). On
+        a full disk it waits: the leader's tick writes it once there is space (node.py)."""
+        try:
+            self.store.append([b""], self.member.term, MAGIC_NOOP)
+        except DiskFullError:
+            self.stats["noop_disk_full"] += 1
+            return False
+        return True
+
     def _become_leader(self, now: int, out: Ready) -> None:
         m = self.member
         m.role = Role.LEADER
@@ -107,11 +117,7 @@ class Transitions:
         self.stats["became_leader"] += 1
         self.stats["partial_requests_cut"] += bool(self.producers.cut_partial_tail(self.store))
         self.elector.on_become_leader(now)
-        # The NOOP of our term lets earlier entries commit without waiting for a client write (§5.4.2).
-        try:
-            self.store.append([b""], m.term, MAGIC_NOOP)
-        except DiskFullError:
-            self.stats["noop_disk_full"] += 1
+        self.write_noop()
         self.leader = Leader(m, self.store, self.config, self.stats, self.producers, self.elector.hand_off_for_space)
         self.leader.term_start = self.store.end_index if self.store.end_term == m.term else self.store.end_index + 1
         self.elector.tick(now, out, True)  # heartbeat at once: followers learn the new leader

@@ -62,6 +62,7 @@ MAX_PROPOSAL_BYTES = 8 << 20
 # once a heartbeat interval rather than every node tick (Group.tick): a leader's next heartbeat is due a
 # heartbeat interval after the tick that sent the last; a follower's election timeout is several of them.
 IDLE_AFTER_MS = 1000
+QUIET_TICK_MS = 1000
 # How soon a term or vote that found no file descriptor free is written again.
 STABLE_RETRY_S = 0.1
 # The same unexpected core error is logged with its traceback at most this often (it may recur every tick).
@@ -196,7 +197,8 @@ class Group:
             if now >= self._active_until:
                 if now < self._next_idle_tick:
                     return
-                self._next_idle_tick = now + self.idle_tick_ms
+                # A quiesced Raft core (raft/quiesce.py) has no timer running at all: once a second.
+                self._next_idle_tick = now + (QUIET_TICK_MS if self.node.quiesced else self.idle_tick_ms)
         else:
             self._seen_end, self._seen_commit, self._seen_roles = s.end_index, s.committed_index, self.role_changes
             self._active_until = now + IDLE_AFTER_MS
@@ -208,6 +210,14 @@ class Group:
             self._was_recovering = not self._was_recovering
             self.events.record(RECOVERY, "recovering: fetching the entries this replica may lack from its peers"
                                if self._was_recovering else "recovered: every entry it lacked fetched again", self.name)
+
+    def peer_down(self, peer: str, now: int) -> None:
+        """`peer`'s node has been silent for an election timeout (node.py): a quiesced core may wake."""
+        try:
+            self.apply(self.node.peer_down(peer, now))
+        except Exception as e:
+            self.core_error("peer_down", e)
+        self._active_until = now + IDLE_AFTER_MS  # (a follower that woke campaigns within its back-off)
 
     @property
     def recovering(self) -> bool:
@@ -473,7 +483,8 @@ class Group:
             "group": self.name, "node": self.node_id, "role": node.role.name.lower(), "term": node.term,
             "leader": node.leader_id, "begin_index": s.begin_index, "end_index": s.end_index,
             "committed_index": s.committed_index, "durable_index": s.durable_index,
-            "recovering": self.recovering, "joining": node.joining, "pending_appends": self.pending_appends,
+            "recovering": self.recovering, "joining": node.joining, "quiet": node.quiesced,
+            "pending_appends": self.pending_appends,
             "producers": len(node.producers), "disk_full": s.disk_full,
             "peers": {pid: addr for pid, addr in self.peers.items()},
             "stats": self.stats.doc(), "scrub": self.scrubber.doc(),

@@ -13,6 +13,7 @@ from ..config import NodeConfig
 from ..errors import QuorumLogError
 from .events import REFUSAL, CounterWatch, Events
 from .group import now_ms
+from .liveness import PeerLiveness
 from .metrics import Histogram
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ class Housekeeping:
         links: PeerLinks
         events: Events
         loop_lag: Histogram
+        liveness: PeerLiveness
         _counters: CounterWatch
 
     async def _ticker(self) -> None:
@@ -51,6 +53,10 @@ class Housekeeping:
             now = now_ms()
             for g in self.groups.values():
                 g.tick(now)
+            live = self.liveness
+            if live.ping_due(now):  # (once a heartbeat interval: the quiet groups' liveness)
+                self.links.ping()
+                live.wake_quiet(self.groups.values(), [*self.links.links, *self.links.inbound], now)
             if self.controller is not None:
                 try:
                     self.controller.tick()

@@ -16,6 +16,7 @@ import signal
 import socket
 import time
 from collections.abc import Awaitable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..config import PERMISSIONS, NodeConfig, is_loopback
@@ -55,6 +56,7 @@ from .events import NODE, REFUSAL, TRANSFER, CounterWatch, Events
 from .flush import LoopTurn
 from .group import Group, now_ms
 from .housekeeping import Housekeeping
+from .liveness import PeerLiveness
 from .metrics import Histogram
 from .peers import HelloGroups, PeerLinks, bind_listener, split_address
 from .reads import IndexBelowBeginError, get_committed, read_committed
@@ -109,6 +111,8 @@ class NodeServer(Housekeeping):
         self.controller: Any = None  # controller.Controller, when a primary/backup group has one
         self.controller_groups = frozenset(g.ha.controller for g in cfg.groups if g.ha.controller is not None)
         self.loop_lag = Histogram()  # seconds each tick woke late (admin: quorumlog_loop_lag_seconds)
+        # Peers heard from, pinged once the shortest Raft heartbeat interval (quiet groups: liveness.py).
+        self.liveness = PeerLiveness(now_ms(), min((g.raft.heartbeat_interval_ms for g in cfg.groups), default=100))
         self.events = Events()  # recent elections, recoveries, refusals... (status document, dashboard)
         self._counters = CounterWatch()
         peers: dict[str, str] = {}
@@ -140,6 +144,8 @@ class NodeServer(Housekeeping):
         self._loop = asyncio.get_running_loop()
         loop_turn = LoopTurn()  # one flush on the loop per turn, among all the groups
         for gcfg in self.cfg.groups:
+            if gcfg.name in self.controller_groups:  # (never quiet: raft/quiesce.py says why)
+                gcfg = replace(gcfg, raft=replace(gcfg.raft, quiesce=False))
             try:
                 self.groups[gcfg.name] = Group(self.node_id, gcfg, str(self.cfg.data_dir), self._send,
                                                self._fatal_error, self.outbox.flush, self.events, loop_turn,
@@ -389,6 +395,10 @@ class NodeServer(Housekeeping):
             if op in PEER_OPS:
                 self._peer_frame(conn, f)
                 return None
+            # (raft/quiesce.py; only a node's HELLO makes a peer of a connection, a client's is refused)
+            if op == Op.NODE_PING and conn.peer_id is not None and not is_client_id(conn.peer_id):
+                self.liveness.heard_from(conn.peer_id, now_ms())
+                return None
             raise ProtocolError(f"unexpected one-way {op_name(op)} frame")
         if f.kind != REQUEST:
             return None
@@ -543,6 +553,8 @@ class NodeServer(Housekeeping):
 
     def _peer_frame(self, conn: Connection, f: Frame) -> None:
         msg = decode_message(f)
+        if conn.peer_id is not None:
+            self.liveness.heard_from(conn.peer_id, now_ms())
         g = self.groups.get(msg.group)
         if g is None:
             g_stats_unknown = f"peer {conn.peer_id} sent a message for group {msg.group!r}, not hosted here"

@@ -7,6 +7,7 @@ connections they open to it). Frames queued during one loop iteration leave in o
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 from collections.abc import Callable, Iterator, Mapping
@@ -15,6 +16,7 @@ from ssl import SSLContext
 from ..net.connection import Connection, Handler
 from ..net.endpoint import Endpoint
 from ..net.errors import ConnectionClosedError
+from ..net.ops import Op
 from ..net.outbox import Outbox
 from .codec import PeerMessage, encode_message
 
@@ -126,6 +128,14 @@ class PeerLinks:
             self.dropped += 1
             return
         self.sent += 1
+
+    def ping(self) -> None:
+        """NODE_PING to every peer we are connected to: this node is alive, whatever its groups send
+        (raft/quiesce.py: a quiet group's followers wait on it)."""
+        for ep in self.links.values():
+            if ep.connected:
+                with contextlib.suppress(ConnectionClosedError):  # (closed meanwhile: its peer hears nothing)
+                    ep.send(Op.NODE_PING)
 
     def connected(self) -> dict[str, bool]:
         return {pid: ep.connected for pid, ep in self.links.items()}

@@ -24,7 +24,7 @@ from ..core.ready import APPEND, READ_INDEX, Completion, Ready, RoleChange
 from ..core.role import Role
 from ..errors import ResponseCode
 from ..raft.membership import Membership
-from ..raft.messages import Message, describe
+from ..raft.messages import HeartbeatRequest, Message, describe
 from ..raft.node import RaftNode
 from ..store.base import LogStore
 from ..store.memory import MemoryStore
@@ -33,7 +33,7 @@ from .clients import Proposal, SimProducer
 from .faults import SIM_MEMBER_TIMEOUT_MS, FaultInjection
 from .liveness import check_liveness
 from .members import draw_change, spare_ids
-from .network import Network
+from .network import Network, Ping
 from .nodes import FillableStore, SimNode, start_persist
 from .timeline import format_trace, full_window, window_phase
 
@@ -42,10 +42,10 @@ _PRODUCER_FORGOTTEN = (ResponseCode.UNKNOWN_PRODUCER, ResponseCode.SEQUENCE_TOO_
 # Answers that say the append was written nowhere (a full disk; a leader handing over, its own disk full).
 _NOTHING_WRITTEN = (ResponseCode.DISK_FULL, ResponseCode.LEADER_TRANSFERRING)
 ALL_FAULTS = ("drop", "dup", "delay", "partition", "crash", "pause", "skew", "disk", "corrupt", "transfer",
-              "wipe", "expire", "full", "rot", "members", "deposed")
+              "wipe", "expire", "full", "rot", "members", "deposed", "idle")
 SPARES = 2  # nodes beside the first members that "members" adds and removes (members.py)
 # A single node has no peer to be cut from, to hand leadership to, or to recover lost data from.
-SINGLE_NODE_FAULTS = ("drop", "dup", "delay", "crash", "pause", "skew", "expire")
+SINGLE_NODE_FAULTS = ("drop", "dup", "delay", "crash", "pause", "skew", "expire", "idle")
 # A producer gives up a request after SIM_RETRY_MS (as a client after its retry_timeout) and continues
 # under a new id; entries expire only SIM_RETENTION_MS after they committed. Retention longer than any
 # retry is the idempotent producer's operating condition (a forgotten producer's retry is new to the
@@ -96,6 +96,10 @@ class Cluster(FaultInjection):
         # until it hears of a newer term; reads asked of it must still never be answered stale.
         deposed = "deposed" in self.faults and random.Random(seed + (12 << 32)).random() < 0.25
         self.raft = replace(cfg.raft, check_quorum=False) if deposed else cfg.raft
+        # "idle": clients pause now and then amid the faults, long enough for the group to go quiet
+        # (raft/quiesce.py), so crashes, partitions and pauses also meet quiet groups.
+        self.idle_rng = random.Random(seed + (14 << 32))
+        self.idle_until = 0
         self.time = 0
         self.step_no = 0
         self.net = Network(random.Random(self.rng.getrandbits(64)))
@@ -168,6 +172,8 @@ class Cluster(FaultInjection):
                             lambda ch: self._changed(node_id, ch), lambda: self._start_flush(sim),
                             lambda: self._start_persist(sim))
         sim.incarnation += 1
+        sim.heard = {}
+        sim.started_at = sim.now(self.time)
         sim.resets_seen = 0
         sim.crashed_until = None
         sim.next_checkpoint = self.time + self.rng.randint(100, 400)
@@ -253,7 +259,11 @@ class Cluster(FaultInjection):
         self._trace(node_id, "RESUME")
         if sim.backlog and sim.node is not None:
             msgs, sim.backlog = sim.backlog, []
-            self._apply(sim, sim.node.step_batch(msgs, sim.now(self.time)))
+            now = sim.now(self.time)
+            for m in msgs:  # (a resumed process reads what its sockets buffered, pings too)
+                sim.heard[m.sender] = now
+            msgs = [m for m in msgs if type(m) is not Ping]
+            self._apply(sim, sim.node.step_batch(msgs, now))
 
     # -- Ready plumbing ------------------------------------------------------------------------
     def _apply(self, sim: SimNode, ready: Ready) -> None:
@@ -274,6 +284,8 @@ class Cluster(FaultInjection):
 
     def _send(self, m: Message) -> None:
         self.checker.on_sent(m)
+        if type(m) is HeartbeatRequest and m.quiesce:
+            self.stats["quiesce_heartbeats"] += 1
         if self.net.send(m, self.time):
             self.trace.append((self.time, "send", m))
 
@@ -335,7 +347,7 @@ class Cluster(FaultInjection):
         self._flushes()
         self._deliver()
         self._tick()
-        if phase != "quiet":
+        if phase != "quiet" and not self._idle(phase):
             self._clients()
         if phase == "faults":  # (a learner added then has the heal period to catch up)
             self._change_members()
@@ -343,6 +355,16 @@ class Cluster(FaultInjection):
         self.checker.check()
         if phase != "faults":
             check_liveness(self, step)
+
+    def _idle(self, phase: str) -> bool:
+        if self.time < self.idle_until:
+            return True
+        if "idle" in self.faults and phase == "faults" and self.idle_rng.random() < 0.01:
+            self.idle_until = self.time + self.idle_rng.randint(60, 200) * self.cfg.step_ms
+            self.stats["idle_spans"] += 1
+            self._trace("sim", f"IDLE: clients pause until {self.idle_until}")
+            return True
+        return False
 
     def _heal(self) -> None:
         self.heal_started = self.time
@@ -396,13 +418,40 @@ class Cluster(FaultInjection):
             if sim.paused_until is not None:
                 sim.backlog.extend(msgs)
                 continue
-            self._apply(sim, sim.node.step_batch(msgs, sim.now(self.time)))
+            now = sim.now(self.time)
+            for m in msgs:  # any message is word that its node lives (as the server counts any peer frame)
+                sim.heard[m.sender] = now
+            msgs = [m for m in msgs if type(m) is not Ping]
+            if msgs:
+                self._apply(sim, sim.node.step_batch(msgs, now))
 
     def _tick(self) -> None:
         for i in self.ids:
             sim = self.sims[i]
             if sim.node is not None and sim.paused_until is None:
                 self._apply(sim, sim.node.tick(sim.now(self.time)))
+                self._liveness(sim)
+
+    def _liveness(self, sim: SimNode) -> None:
+        """What the server does for quiet groups (raft/quiesce.py): ping every other node once a heartbeat
+        interval, and tell a quiet core of each peer node silent for an election timeout."""
+        raft = self.raft
+        if self.time >= sim.next_ping:
+            sim.next_ping = self.time + raft.heartbeat_interval_ms
+            for p in self.ids:
+                if p != sim.id:
+                    self.net.send(Ping(sim.id, p), self.time)  # type: ignore[arg-type]
+        node = sim.node
+        if node is None or not node.quiesced:
+            return
+        now = sim.now(self.time)
+        for p in self.ids:
+            if p != sim.id and now - sim.heard.get(p, sim.started_at) >= raft.election_timeout_ms:
+                self._apply(sim, node.peer_down(p, now))
+                if not node.quiesced:
+                    self.stats["quiet_ended_node_silent"] += 1
+                    self._trace(sim.id, f"QUIET ENDED: node {p} silent")
+                    break
 
     def _clients(self) -> None:
         rng = self.rng

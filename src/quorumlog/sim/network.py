@@ -15,6 +15,15 @@ from typing import Any
 from ..raft.messages import Message
 
 
+@dataclass(frozen=True, slots=True)
+class Ping:
+    """A node's word that it is alive (the server's NODE_PING): what a quiet group's followers wait on
+    (raft/quiesce.py). It travels the same links as the group's messages, so it meets the same faults."""
+
+    sender: str
+    target: str
+
+
 @dataclass(slots=True)
 class LinkFaults:
     """How the network misbehaves right now."""

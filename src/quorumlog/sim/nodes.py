@@ -34,6 +34,9 @@ class SimNode:
     next_checkpoint: int = 0
     resets_seen: int = 0  # log resets this incarnation's node has made its store do
     full_until: int | None = None  # the "full" fault: the disk has space again then
+    heard: dict[str, int] = field(default_factory=dict)  # peer -> when (its clock) it last heard of that node
+    started_at: int = 0  # when (its clock) this incarnation started: a peer never heard is silent since
+    next_ping: int = 0
 
     def now(self, t: int) -> int:
         return self.offset + int(t * self.rate)

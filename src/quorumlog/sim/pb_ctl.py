@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ..config import HaConfig, RaftConfig, StoreConfig
@@ -44,7 +45,7 @@ class CtlReplica:
                  start_flush: Callable[[CtlReplica], None], start_persist: Callable[[CtlReplica], None]) -> None:
         self.member = member
         self.store = store
-        self.node = RaftNode(member, CTL, ids, store, raft, rng)
+        self.node = RaftNode(member, CTL, ids, store, replace(raft, quiesce=False), rng)  # (as a node runs it)
         self.core = ControllerCore(member, {"pb": (CTL, ids, ha)}, snapshot_every=SNAPSHOT_EVERY)
         self.flush_at: int | None = None
         self.persist_at: int | None = None

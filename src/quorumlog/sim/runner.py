@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(failures)} failed in {elapsed:.1f}s")
     if not args.quiet and totals:
         keys = ("acked_entries", "committed_entries", "elections", "crashes", "restarts",
-                "restarts_from_a_producer_snapshot", "pauses",
+                "restarts_from_a_producer_snapshot", "pauses", "idle_spans", "quiesce_heartbeats",
+                "quiet_ended_node_silent",
                 "corruptions", "messages_sent", "messages_dropped", "append_SUCCESS",
                 "append_WAIT_QUORUM_ACK_TIMEOUT", "append_TERM_CHANGED", "append_NOT_LEADER", "append_DISK_FULL",
                 "append_LEADER_TRANSFERRING",

@@ -1,0 +1,153 @@
+"""Quiet groups: an idle group stops heartbeating (CockroachDB's quiescence, TiKV's hibernating regions).
+
+A node hosting hundreds of idle groups spent its CPU on their heartbeats: each group's leader sends one to
+every follower every interval, and each is answered, though nothing changes. So a leader whose group has
+been quiet for an election timeout (nothing appended or committed, no read, transfer or membership change
+waiting), with every member holding its whole log and heard from within two heartbeat intervals, sends one
+last heartbeat flagged `quiesce` and stops: no heartbeats, no check-quorum. A follower that receives it in
+its leader's term, holding exactly the leader's log and commit index, stops its election timer.
+
+Liveness moves to the nodes: each node pings every peer node once a heartbeat interval (NODE_PING, one
+message per pair of nodes, however many groups), and the driver tells the core when a peer node has been
+silent for an election timeout (`peer_down`). A quiet follower whose leader's node fell silent runs its
+election timer again, with only the back-off left of it; a quiet leader wakes when any member's node does
+(check-quorum counts from then on, so a leader cut off from a majority still steps down).
+
+Anything else ends the quiet at once: on a leader, any input but a tick or a follower's plain heartbeat
+ack (a proposal, a read, a transfer, a membership change, a vote request from a member that restarted
+and never heard the flag, any push answer); on a follower, any message from its leader without the flag,
+and any change of role, term or leader. Safety does not depend on any of this: a quiet follower refuses
+votes as one in a leader's lease does, which Raft permits at any time; what quiescence risks is only
+liveness, and the simulator (sim/cluster.py: node pings through the simulated network, partitions and
+pauses included) checks that every fault still ends with a leader that commits.
+
+A controller group (server/controller.py) never goes quiet: the node turns `quiesce` off for it. It is one
+group per cluster, polled by its leader and read (ReadIndex) by every promotion and membership check, and
+every primary/backup failover starts from its leader's view; a quiet controller group would gain nothing
+and add a step to each of those.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..config import RaftConfig
+from ..core.ready import Ready
+from ..core.role import Role
+from ..store.base import LogStore
+from .messages import HeartbeatRequest
+
+if TYPE_CHECKING:
+    from collections import Counter
+
+    from .elector import Elector
+    from .joining import Joiner
+    from .member import MemberState
+    from .pusher import Leader
+    from .reads import ReadIndex
+
+
+class Quiescence:
+    """RaftNode's quiet-group rules (mixed into the node; the flag itself is the elector's)."""
+
+    if TYPE_CHECKING:
+        member: MemberState
+        store: LogStore
+        config: RaftConfig
+        stats: Counter[str]
+        elector: Elector
+        leader: Leader | None
+        reads: ReadIndex
+        joiner: Joiner | None
+        recover_floor: int | None
+        pending_change: object | None
+
+        def _begin(self, now: int | None = None) -> tuple[Ready, tuple[Role, int, str | None]]: ...
+        def _finish(self, out: Ready, before: tuple[Role, int, str | None]) -> Ready: ...
+
+    _quiet_key: tuple[int, int, int] = (-2, -2, -1)
+    _quiet_since = 0
+    _quiet_round = 0  # a quiet follower: the round of the flagged heartbeat
+
+    @property
+    def quiesced(self) -> bool:
+        return self.elector.quiesced
+
+    def peer_down(self, peer: str, now_ms: int) -> Ready:
+        """The driver's word that `peer`'s node has been silent for an election timeout (no message, no
+        NODE_PING). Ends the quiet of a follower led from there and of a leader it follows."""
+        out, before = self._begin(now_ms)
+        e, m = self.elector, self.member
+        if e.quiesced:
+            if m.role == Role.LEADER:
+                if peer in m.others:
+                    self._wake(now_ms, out)
+            elif peer == m.leader_id:
+                self.stats["quiet_ended_leader_silent"] += 1
+                e.leader_silent(now_ms)
+        return self._finish(out, before)
+
+    def _wake(self, now: int, out: Ready) -> None:
+        """A quiet leader has something to do: heartbeat at once, so its followers run their timers again."""
+        e = self.elector
+        if e.quiesced and self.member.role == Role.LEADER:
+            self.stats["quiet_ended"] += 1
+            e.wake(now)
+            e.send_heartbeats(now, out)
+        self._quiet_since = now
+
+    def _maybe_quiesce(self, now: int, out: Ready) -> None:
+        """On a leader's tick: go quiet once nothing has changed for an election timeout and every member
+        holds the whole log (one last heartbeat, flagged, carries the commit index to them)."""
+        s = self.store
+        key = (s.end_index, s.committed_index, self.member.term)
+        if key != self._quiet_key:
+            self._quiet_key, self._quiet_since = key, now
+            return
+        e = self.elector
+        if now - self._quiet_since < e.election_timeout or not self._leader_quiet(now):
+            return
+        self.stats["quiesced"] += 1
+        e.send_heartbeats(now, out, quiesce=True)
+        e.quiesced = True
+
+    def _leader_quiet(self, now: int) -> bool:
+        m, s, leader, e = self.member, self.store, self.leader, self.elector
+        if (leader is None or not m.is_voter or not m.others or e.transferring or self.pending_change is not None
+                or leader.leaving or leader.commit < leader.term_start or self.reads.pending
+                or leader.appends.waiting()):
+            return False
+        end = s.end_index
+        if s.committed_index != end or s.durable_index != end:
+            return False
+        preferred = self.config.preferred_leader
+        if preferred is not None and preferred != m.node_id and preferred in m.voter_others:
+            return False  # (its tick hands leadership over when it can)
+        recent = now - 2 * self.config.heartbeat_interval_ms
+        heard = e.heard
+        return all(d.progress.match == end and not d.disk_full and heard.get(d.peer, -1) >= recent
+                   for d in leader.peers)
+
+    def _follower_quiesce(self, msg: HeartbeatRequest) -> bool:
+        """A flagged heartbeat (after its commit index was applied): go quiet if this node holds exactly
+        the leader's log, fully committed, and owes nothing (not recovering, not probing). False: it
+        cannot, and says so (the leader wakes, and compares its log again: pusher.py, on_quiet_refused)."""
+        m, s = self.member, self.store
+        if not (m.role == Role.FOLLOWER and m.leader_id == msg.sender and self.recover_floor is None
+                and self.joiner is None and s.end_index == msg.last_index == msg.commit_index
+                and s.committed_index == msg.commit_index):
+            self.stats["quiet_refused"] += 1
+            return False
+        if not self.elector.quiesced:
+            self.stats["quiesced"] += 1
+        self.elector.quiesced = True
+        self._quiet_round = msg.round
+        return True
+
+    def _follower_heard(self, msg: object) -> None:
+        """A quiet follower got a message from its leader without the flag: the group has work again,
+        unless it is a heartbeat sent before the flagged one and overtaken by it (rounds only grow)."""
+        if type(msg) is HeartbeatRequest and msg.round < self._quiet_round:
+            self.stats["quiet_kept_stale_heartbeat"] += 1
+            return
+        self.elector.quiesced = False
