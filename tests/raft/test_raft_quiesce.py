@@ -7,7 +7,8 @@ from dataclasses import replace
 
 from quorumlog.core.role import Role
 from quorumlog.errors import ResponseCode
-from quorumlog.raft.messages import HeartbeatRequest, PushRequest, VoteRequest
+from quorumlog.raft.messages import HeartbeatRequest, HeartbeatResponse, PushRequest, VoteRequest
+from quorumlog.raft.quiesce import QUIET_END
 from quorumlog.sim.nodes import FillableStore
 from quorumlog.sim.script import SCRIPT_RAFT, Script
 
@@ -177,3 +178,35 @@ def test_a_leader_elected_on_a_full_disk_writes_its_noop_once_there_is_space() -
     s.run(100, drop=cut_off)
     assert s.nodes["n1"].stats["noop_written_late"] == 1
     assert s.stores["n1"].committed_index == s.stores["n1"].end_index == 2
+
+
+def test_a_quiet_leader_that_steps_down_tells_its_quiet_followers() -> None:
+    """Found by the simulator (seed 501 of 300 steps): a quiet leader that found its log damaged stepped down
+    while its node lived on, so its quiet followers refused every vote and nobody led. Now it sends QUIET_END
+    (a heartbeat of its old term that asserts nothing else), and again each election timeout while no leader
+    is known."""
+    s = quiet_group()
+    n0 = s.nodes["n0"]
+    term = n0.term
+    ready = n0.step(HeartbeatResponse("g0", "n1", "n0", term + 1, 200, 2, 0), s.clock["n0"])  # a later term
+    ends = [m for m in ready.messages if isinstance(m, HeartbeatRequest) and m.quiet == QUIET_END]
+    assert {m.target for m in ends} == {"n1", "n2"} and all(m.term == term for m in ends)
+    s.apply("n0", ready)
+    s.settle(drop=lambda m: m.target == "n2")  # n2 misses it
+    assert not s.nodes["n1"].quiesced and s.nodes["n1"].stats["quiet_ended_leader_stepped_down"] == 1
+    assert s.nodes["n2"].quiesced
+    s.run(3 * TIMEOUT)  # (n2 hears n0 ask for votes: its leader leads no more)
+    leader = s.leader()
+    assert leader is not None and s.nodes[leader].term > term
+    assert s.nodes["n2"].leader_id == leader and s.nodes["n2"].term == s.nodes[leader].term
+
+
+def test_a_quiet_follower_asked_for_a_vote_by_its_own_leader_runs_its_timer_again() -> None:
+    """Its leader's node restarted within the liveness timeout: never silent, but it leads no more."""
+    s = quiet_group()
+    s.restart("n0")
+    s.run(3 * TIMEOUT)
+    leader = s.leader()
+    assert leader is not None
+    assert sum(s.nodes[i].stats["quiet_ended_leader_stepped_down"] for i in ("n1", "n2")) >= 1
+    assert all(s.nodes[i].leader_id == leader for i in IDS)

@@ -198,3 +198,29 @@ def test_checkpoint_without_begin_term_reads_as_zero(tmp_path: Path) -> None:
 
 def test_state_error_is_a_store_error() -> None:
     assert issubclass(StoreStateError, StoreError)
+
+
+def test_an_unchanged_checkpoint_is_not_written_again(tmp_path: Path) -> None:
+    """An idle group's node checkpoints every checkpoint_interval_ms: when nothing moved, the file already says
+    it, and rewriting it cost an fsync per group every 3 s (100 idle groups: 33 a second)."""
+    s = FileStore(tmp_path, CFG)
+    try:
+        s.append([body(i) for i in range(5)], 1)
+        s.flush()
+        s.set_committed(3)
+        s.checkpoint()
+        path = tmp_path / "checkpoint"
+        first = path.stat().st_ino, path.read_bytes()
+        s.checkpoint()
+        s.checkpoint()
+        assert (path.stat().st_ino, path.read_bytes()) == first  # (written by rename: a rewrite is a new inode)
+        s.set_committed(4)
+        s.checkpoint()
+        assert path.stat().st_ino != first[0] and path.read_bytes() != first[1]
+    finally:
+        s.close()
+    reopened = FileStore(tmp_path, CFG)
+    try:
+        assert reopened.committed_index == 4
+    finally:
+        reopened.close()

@@ -147,7 +147,7 @@ PEER_MESSAGES: dict[tuple[int, int], Schema] = {
                                                      ("code", INT))),
     (Op.HEART_BEAT, PEER_REQUEST): Schema("HeartbeatRequest", (*_PEER_HEAD, ("commit_index", INDEX),
                                                               ("last_index", INDEX), ("round", ROUND),
-                                                              ("quiesce", BOOL))),
+                                                              ("quiet", Int(0, 2, "quiet")))),
     (Op.HEART_BEAT, PEER_RESPONSE): Schema("HeartbeatResponse", (*_PEER_HEAD, ("code", INT),
                                                                 ("end_index", INDEX), ("round", ROUND))),
     (Op.PUSH, PEER_REQUEST): Schema("PushRequest", (*_PEER_HEAD, ("kind", Int(0, 4, "push kind")),

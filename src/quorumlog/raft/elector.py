@@ -292,15 +292,15 @@ class Elector:
         self._maybe_hand_to_preferred(now, out)
         return None
 
-    def send_heartbeats(self, now: int, out: Ready, quiesce: bool = False) -> None:
+    def send_heartbeats(self, now: int, out: Ready, quiet: int = 0) -> None:
         """A heartbeat to every other member, now (a read waiting for a round also sends one: reads.py);
-        with `quiesce`, the last one before the group goes quiet (quiesce.py)."""
+        with `quiet` 1, the last one before the group goes quiet (quiesce.py)."""
         m = self.member
         commit = self.store.committed_index
         end = self.store.end_index
         round_ = self.heartbeat_round()
         for peer in m.others:
-            out.messages.append(HeartbeatRequest(m.group, m.node_id, peer, m.term, commit, end, round_, quiesce))
+            out.messages.append(HeartbeatRequest(m.group, m.node_id, peer, m.term, commit, end, round_, quiet))
         self.next_heartbeat = now + self.config.heartbeat_interval_ms
 
     def wake(self, now: int) -> None:

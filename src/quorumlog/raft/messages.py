@@ -66,7 +66,9 @@ class HeartbeatRequest:
     commit_index: int
     last_index: int = -1
     round: int = 0  # ReadIndex (reads.py): the follower echoes it, confirming the leader at this round
-    quiesce: bool = False  # the group is quiet: stop the election timer while this node lives (quiesce.py)
+    # 1: the group goes quiet, stop the election timer while this node lives; 2: it is no longer quiet, this
+    # node stopped leading: run it again (quiesce.py). A heartbeat of 2 asserts nothing else.
+    quiet: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +256,8 @@ def describe(m: Message) -> str:
     if isinstance(m, VoteResponse):
         return f"{head} {'pre ' if m.pre_vote else ''}granted={m.granted} code={m.code}"
     if isinstance(m, HeartbeatRequest):
-        return f"{head} commit={m.commit_index} last={m.last_index} round={m.round}{' QUIESCE' if m.quiesce else ''}"
+        quiet = ("", " QUIESCE", " QUIET ENDED")[m.quiet]
+        return f"{head} commit={m.commit_index} last={m.last_index} round={m.round}{quiet}"
     if isinstance(m, HeartbeatResponse):
         return f"{head} code={m.code} end={m.end_index} round={m.round}"
     if isinstance(m, ReadIndexRequest):

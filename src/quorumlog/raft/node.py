@@ -48,7 +48,7 @@ from .messages import (
     refusal,
 )
 from .pusher import Leader
-from .quiesce import Quiescence
+from .quiesce import QUIET_END, QUIET_START, Quiescence
 from .reads import NOT_LEADER, ReadIndex
 from .reconfig import Reconfiguration
 from .rejoin import Rejoining
@@ -209,6 +209,8 @@ class RaftNode(Reconfiguration, Rejoining, Transitions, Quiescence):
                     self._maybe_quiesce(now_ms, out)
             elif self.member.role == Role.FOLLOWER:
                 self.handler.drain(now_ms, out)
+                if self._ended_quiet_term == self.member.term and self.member.leader_id is None:
+                    self._repeat_quiet_end(now_ms, out)
         except CorruptEntryError as e:
             self._on_corruption(e, now_ms, out)
         except IndexOutOfRangeError:
@@ -334,6 +336,8 @@ class RaftNode(Reconfiguration, Rejoining, Transitions, Quiescence):
             self._config_committed(out)
         changed = (m.role, m.term, m.leader_id) != before
         if changed:
+            if before[0] == Role.LEADER and m.role != Role.LEADER and self.config.quiesce:
+                self._leader_stepped_down(before[1], out)
             self.elector.quiesced = False
             out.changes.append(RoleChange(m.role, m.term, m.leader_id))
         leader = self.leader
@@ -364,6 +368,11 @@ class RaftNode(Reconfiguration, Rejoining, Transitions, Quiescence):
         if self.elector.quiesced and m.role == Role.LEADER and not (
                 cls is HeartbeatResponse and msg.code == SUCCESS):  # type: ignore[union-attr]
             self._wake(now, out)  # (a member's plain ack of the quiet is all a quiet leader expects)
+        if cls is HeartbeatRequest and msg.quiet == QUIET_END:  # type: ignore[union-attr]
+            self._quiet_ended(msg, now)  # type: ignore[arg-type]
+            return
+        if cls is VoteRequest and self.elector.quiesced and msg.sender == m.leader_id:
+            self._quiet_ended(msg, now)  # type: ignore[arg-type]  # (its leader restarted or stepped down)
         if cls is PushRequest or cls is HeartbeatRequest or cls is TimeoutNow:
             if self.joiner is not None:
                 self._join(JOIN)  # a leader exists (or existed), so the group does
@@ -429,7 +438,7 @@ class RaftNode(Reconfiguration, Rejoining, Transitions, Quiescence):
         elif m.role == Role.CANDIDATE or m.leader_id is None:
             self._run(Outcome(Event.LEADER_SEEN, msg.term, msg.sender, msg.sender), now, out)
         self.elector.on_leader_contact(now)
-        quiet_flag = type(msg) is HeartbeatRequest and msg.quiesce
+        quiet_flag = type(msg) is HeartbeatRequest and msg.quiet == QUIET_START
         if not quiet_flag and self.elector.quiesced:
             self._follower_heard(msg)
         handler = self.handler

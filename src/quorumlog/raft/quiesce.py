@@ -35,7 +35,10 @@ from ..config import RaftConfig
 from ..core.ready import Ready
 from ..core.role import Role
 from ..store.base import LogStore
-from .messages import HeartbeatRequest
+from .messages import HeartbeatRequest, VoteRequest
+
+QUIET_START = 1  # HeartbeatRequest.quiet: the group goes quiet
+QUIET_END = 2  # its leader stopped leading
 
 if TYPE_CHECKING:
     from collections import Counter
@@ -68,6 +71,8 @@ class Quiescence:
     _quiet_key: tuple[int, int, int] = (-2, -2, -1)
     _quiet_since = 0
     _quiet_round = 0  # a quiet follower: the round of the flagged heartbeat
+    _ended_quiet_term = -1  # a former quiet leader: the term it led, while no new leader is known
+    _next_quiet_end = 0
 
     @property
     def quiesced(self) -> bool:
@@ -108,7 +113,7 @@ class Quiescence:
         if now - self._quiet_since < e.election_timeout or not self._leader_quiet(now):
             return
         self.stats["quiesced"] += 1
-        e.send_heartbeats(now, out, quiesce=True)
+        e.send_heartbeats(now, out, QUIET_START)
         e.quiesced = True
 
     def _leader_quiet(self, now: int) -> bool:
@@ -143,6 +148,35 @@ class Quiescence:
         self.elector.quiesced = True
         self._quiet_round = msg.round
         return True
+
+    def _leader_stepped_down(self, term: int, out: Ready) -> None:
+        """A leader stopped leading (it found its log damaged, or heard of a later term): followers it left
+        quiet, now or a moment ago, would wait for its node to fall silent, which it will not. Tell them
+        (QUIET_END; a follower that is not quiet ignores it), and again every election timeout until a
+        leader is known (tick: the message may be lost)."""
+        self.stats["quiet_end_sent"] += 1
+        self._ended_quiet_term = term
+        self._next_quiet_end = 0
+        self._send_quiet_end(term, out)
+
+    def _repeat_quiet_end(self, now: int, out: Ready) -> None:
+        if now >= self._next_quiet_end:
+            self._next_quiet_end = now + self.elector.election_timeout
+            self._send_quiet_end(self._ended_quiet_term, out)
+
+    def _send_quiet_end(self, term: int, out: Ready) -> None:
+        m, s = self.member, self.store
+        for peer in m.others:
+            out.messages.append(HeartbeatRequest(m.group, m.node_id, peer, term, s.committed_index, s.end_index,
+                                                 0, QUIET_END))
+
+    def _quiet_ended(self, msg: HeartbeatRequest | VoteRequest, now: int) -> None:
+        """Its leader says it leads no more (QUIET_END, or it asks for votes): a quiet follower runs its
+        election timer again, with only the back-off left (as when the leader's node falls silent)."""
+        m, e = self.member, self.elector
+        if e.quiesced and m.role == Role.FOLLOWER and msg.sender == m.leader_id and msg.term >= m.term:
+            self.stats["quiet_ended_leader_stepped_down"] += 1
+            e.leader_silent(now)
 
     def _follower_heard(self, msg: object) -> None:
         """A quiet follower got a message from its leader without the flag: the group has work again,

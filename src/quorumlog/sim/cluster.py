@@ -284,7 +284,7 @@ class Cluster(FaultInjection):
 
     def _send(self, m: Message) -> None:
         self.checker.on_sent(m)
-        if type(m) is HeartbeatRequest and m.quiesce:
+        if type(m) is HeartbeatRequest and m.quiet == 1:
             self.stats["quiesce_heartbeats"] += 1
         if self.net.send(m, self.time):
             self.trace.append((self.time, "send", m))
@@ -359,8 +359,8 @@ class Cluster(FaultInjection):
     def _idle(self, phase: str) -> bool:
         if self.time < self.idle_until:
             return True
-        if "idle" in self.faults and phase == "faults" and self.idle_rng.random() < 0.01:
-            self.idle_until = self.time + self.idle_rng.randint(60, 200) * self.cfg.step_ms
+        if "idle" in self.faults and phase == "faults" and self.idle_rng.random() < 0.005:
+            self.idle_until = self.time + self.idle_rng.randint(30, 80) * self.cfg.step_ms
             self.stats["idle_spans"] += 1
             self._trace("sim", f"IDLE: clients pause until {self.idle_until}")
             return True

@@ -105,6 +105,7 @@ class FileStore(FileAppends, FileCuts, FileConfigs):
         self._next_disk_probe = 0.0
         self._next_disk_probe_pos = 0
         self.notes: list[str] = []  # what recovery repaired, for logs and check-store
+        self._cp_written: Checkpoint | None = None  # the last checkpoint this process wrote (_checkpoint)
         try:
             make_private_dirs(self.dir)
         except OSError as e:
@@ -370,18 +371,22 @@ class FileStore(FileAppends, FileCuts, FileConfigs):
         if apos < 0:
             anchor = -1
         end = max(flushed, self._end_floor)
+        cp = Checkpoint(begin_index=self._begin, begin_pos=self._begin_pos, begin_chain=self._begin_chain,
+                        begin_term=self._begin_term, end_index=end, committed_index=committed,
+                        anchor_index=anchor, anchor_pos=apos, anchor_chain=achain,
+                        tail_cut=-1 if self.tail_cut is None else self.tail_cut)
+        if cp == self._cp_written:  # an idle group's: the file says so already (no fsync every 3 s for nothing)
+            return
         try:
             self.index.sync()
         except OSError as e:  # written index units the page cache may have lost
             self._fail(e)
         try:
-            write_checkpoint(self.files, self.dir, Checkpoint(
-                begin_index=self._begin, begin_pos=self._begin_pos, begin_chain=self._begin_chain,
-                begin_term=self._begin_term, end_index=end, committed_index=committed,
-                anchor_index=anchor, anchor_pos=apos, anchor_chain=achain,
-                tail_cut=-1 if self.tail_cut is None else self.tail_cut))
+            write_checkpoint(self.files, self.dir, cp)
         except OSError as e:  # out of descriptors or space: the old checkpoint stands (replaced by rename)
             self._transient_or_fail(e)
+        else:
+            self._cp_written = cp
         self._cp_end, self._cp_committed = end, committed
 
     def load_vote(self) -> tuple[int, str | None]:
