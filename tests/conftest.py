@@ -31,3 +31,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.root)
         if path.name == "test_fuzz.py":
             item.add_marker(pytest.mark.fuzz)
+        # `make test` runs two workers (pytest-xdist, --dist loadgroup): the Spark tests share one JVM
+        # session per worker, so they keep to one worker; so do the namespace tests, which pick free subnets.
+        if top == "spark":
+            item.add_marker(pytest.mark.xdist_group("spark"))
+        elif ROOT_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("netns"))
