@@ -23,13 +23,15 @@ with atheris.instrument_imports():
     from quorumlog.net import schemas
     from quorumlog.net.bodies import decode_response
     from quorumlog.net.errors import HandshakeError, ProtocolError, ResponseError
-    from quorumlog.net.frames import ONEWAY, Frame, FrameDecoder
+    from quorumlog.net.frames import MIN_PEER_VERSION, ONEWAY, SUPPORTED_VERSIONS, Frame, FrameDecoder
     from quorumlog.net.hello import CLIENT_ROLE, SERVER_ROLE, ClientHandshake, ServerHandshake, mac
     from quorumlog.net.ops import Op
     from quorumlog.server.codec import decode_message, is_peer_frame
     from quorumlog.store.base import verify_run
 
 REFUSALS = (ProtocolError, ResponseError)
+PEER_VERSIONS = tuple(v for v in SUPPORTED_VERSIONS if v >= MIN_PEER_VERSION)  # what two nodes may settle on
+CLIENT_VERSIONS = tuple(SUPPORTED_VERSIONS)
 MAX_BODY = 64 << 10
 
 
@@ -89,8 +91,8 @@ def hello(data: bytes) -> None:
     """Both sides of the handshake fed fuzzed messages: raw bodies, or bodies built from fuzzed fields (so
     the fuzzer reaches AUTH and the proofs), in any order. With a key, neither side may be established
     unless the other side's MAC, made here with the key, was right; the responder never takes its own id,
-    the dialler never another id than the one it expects, and both settle on a version both speak: 3
-between nodes, 2 or 3 with a client (net/frames.py)."""
+    the dialler never another id than the one it expects, and both settle on a version both speak: 4
+between nodes, 2, 3 or 4 with a client (net/frames.py)."""
     fdp = atheris.FuzzedDataProvider(data)
     if fdp.ConsumeBool():
         _hello_server(fdp)
@@ -128,7 +130,8 @@ def _hello_server(fdp: atheris.FuzzedDataProvider) -> None:
             return
         assert isinstance(reply.op, int) and isinstance(reply.body, bytes)
         if hs.state.value == "established":
-            assert hs.peer_id != "n0" and hs.version in ((3,) if hs.peer_groups is not None else (2, 3)), \
+            assert hs.peer_id != "n0" and hs.version in (PEER_VERSIONS if hs.peer_groups is not None else
+                                                         CLIENT_VERSIONS), \
                 (hs.peer_id, hs.version)
             # Established with a key configured means a proof was checked: never by an empty or random one.
             assert not secret or proved, "authenticated without the secret"
@@ -223,7 +226,8 @@ def _hello_client(fdp: atheris.FuzzedDataProvider) -> None:
             assert schemas.AUTH_REQUEST.decode(step[1]).nonce == CLIENT_NONCE
             took = fields
         if hs.state.value == "established":
-            assert hs.version in ((3,) if hs.groups is not None else (2, 3)) and hs.peer_id != node_id, \
+            assert hs.version in (PEER_VERSIONS if hs.groups is not None else CLIENT_VERSIONS) and \
+                hs.peer_id != node_id, \
                 (hs.version, hs.peer_id)
             assert expect is None or hs.peer_id == expect, (expect, hs.peer_id)
             assert key is None or proved, "took a node that did not prove the key"
