@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from quorumlog.core.role import Role
-from quorumlog.errors import ResponseCode
+from quorumlog.errors import CorruptEntryError, ResponseCode
 from quorumlog.raft.messages import HeartbeatRequest, HeartbeatResponse, PushRequest, VoteRequest
 from quorumlog.raft.quiesce import QUIET_END
 from quorumlog.sim.nodes import FillableStore
@@ -210,3 +210,21 @@ def test_a_quiet_follower_asked_for_a_vote_by_its_own_leader_runs_its_timer_agai
     assert leader is not None
     assert sum(s.nodes[i].stats["quiet_ended_leader_stepped_down"] for i in ("n1", "n2")) >= 1
     assert all(s.nodes[i].leader_id == leader for i in IDS)
+
+
+def test_a_quiet_follower_that_finds_damage_has_its_quiet_leader_repair_it() -> None:
+    """Found by the real-process scrub test: a quiet follower's scrub found a rotten entry and cut its log, but
+    its quiet leader never asked for the shorter end a heartbeat answer would have carried, so nothing was
+    fetched again. It now tells its leader at once (INCONSISTENT_STATE, its end), which wakes and compares."""
+    s = quiet_group()
+    n1 = s.nodes["n1"]
+    ready = n1.report_corruption(CorruptEntryError("rot", index=1), s.clock["n1"])
+    assert any(isinstance(m, HeartbeatResponse) and m.code == ResponseCode.INCONSISTENT_STATE and m.end_index == 0
+               for m in ready.messages)
+    s.apply("n1", ready)
+    assert n1.recovering and not n1.quiesced
+    s.settle()
+    assert not s.nodes["n0"].quiesced
+    s.run(3 * TIMEOUT)
+    assert not n1.recovering and s.stores["n1"].end_index == s.stores["n1"].committed_index == 2
+    assert [s.stores["n1"].get(i).body for i in (1, 2)] == [b"a", b"b"]

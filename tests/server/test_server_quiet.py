@@ -69,3 +69,28 @@ def test_idle_groups_go_quiet_and_a_killed_leader_is_replaced(cluster_factory: A
                 await c.close()
 
     asyncio.run(main())
+
+
+def test_a_quiet_group_woken_by_reads_keeps_its_leader(cluster_factory: Any) -> None:
+    """Found by the standalone Spark test: a linearizable END woke a quiet leader, whose node then ticked it
+    at the quiet cadence (once a second) instead of every 10 ms; it sent no heartbeat and stepped down for
+    check-quorum, and its woken followers elected another. A read now costs no election, however often."""
+    cluster: LocalCluster = cluster_factory()
+
+    async def main() -> None:
+        async with AsyncClient(cluster.endpoints, group="g0", retry_timeout=30) as c:
+            await wait_leader(c, cluster)
+            await c.append_many([b"x"] * 10)
+            leader = await wait_leader(c, cluster)
+            term = (await statuses(c, cluster))[leader]["term"]
+            for _ in range(4):
+                await await_until(lambda: all_quiet({"g0": c}, cluster, 3), 20, "g0 quiet on every node")
+                await asyncio.sleep(1.2)  # past the quiet cadence's next tick
+                end = await c.end("g0", "linearizable")
+                assert end.committed >= 10
+            await asyncio.sleep(1.0)
+            st = await statuses(c, cluster)
+            assert {s["term"] for s in st.values()} == {term}, st
+            assert [n for n, s in st.items() if s["role"] == "leader"] == [leader]  # (no step-down, no election)
+
+    asyncio.run(main())

@@ -204,9 +204,10 @@ class RaftNode(Reconfiguration, Rejoining, Transitions, Quiescence):
                 if self.store.end_term != self.member.term and self.write_noop():
                     self.stats["noop_written_late"] += 1  # (its disk was full when it was elected)
                 leader.expire_pending(now_ms, out)
-                leader.dispatch_all(now_ms, out, tick=True)
-                if self.config.quiesce and not self.elector.quiesced:
-                    self._maybe_quiesce(now_ms, out)
+                if not self.elector.quiesced:  # (quiet: every member holds the log and its commit index)
+                    leader.dispatch_all(now_ms, out, tick=True)
+                    if self.config.quiesce:
+                        self._maybe_quiesce(now_ms, out)
             elif self.member.role == Role.FOLLOWER:
                 self.handler.drain(now_ms, out)
                 if self._ended_quiet_term == self.member.term and self.member.leader_id is None:

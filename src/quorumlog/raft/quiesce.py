@@ -34,8 +34,11 @@ from typing import TYPE_CHECKING
 from ..config import RaftConfig
 from ..core.ready import Ready
 from ..core.role import Role
+from ..errors import ResponseCode
 from ..store.base import LogStore
-from .messages import HeartbeatRequest, VoteRequest
+from .messages import HeartbeatRequest, HeartbeatResponse, VoteRequest
+
+INCONSISTENT_STATE = int(ResponseCode.INCONSISTENT_STATE)
 
 QUIET_START = 1  # HeartbeatRequest.quiet: the group goes quiet
 QUIET_END = 2  # its leader stopped leading
@@ -110,11 +113,14 @@ class Quiescence:
             self._quiet_key, self._quiet_since = key, now
             return
         e = self.elector
-        if now - self._quiet_since < e.election_timeout or not self._leader_quiet(now):
+        leader = self.leader
+        if now - self._quiet_since < e.election_timeout or leader is None or not self._leader_quiet(now):
             return
         self.stats["quiesced"] += 1
         e.send_heartbeats(now, out, QUIET_START)
         e.quiesced = True
+        for d in leader.peers:  # the flagged heartbeat carries the commit index: no COMMIT push owed
+            d.commit_sent = max(d.commit_sent, s.committed_index)
 
     def _leader_quiet(self, now: int) -> bool:
         m, s, leader, e = self.member, self.store, self.leader, self.elector
@@ -177,6 +183,19 @@ class Quiescence:
         if e.quiesced and m.role == Role.FOLLOWER and msg.sender == m.leader_id and msg.term >= m.term:
             self.stats["quiet_ended_leader_stepped_down"] += 1
             e.leader_silent(now)
+
+    def _tell_leader_of_damage(self, now: int, out: Ready) -> None:
+        """A follower cut its log for damage (rejoin.py): its leader repairs it once it sees the shorter end,
+        which a quiet leader would never ask for. Say it at once, as a refused quiet would (the leader wakes
+        and compares; pusher.py, on_quiet_refused), and run the election timer again."""
+        m, e = self.member, self.elector
+        if m.role != Role.FOLLOWER or m.leader_id is None:
+            return
+        if e.quiesced:
+            e.quiesced = False
+            e.on_leader_contact(now)
+        out.messages.append(HeartbeatResponse(m.group, m.node_id, m.leader_id, m.term, INCONSISTENT_STATE,
+                                              self.store.end_index, 0))
 
     def _follower_heard(self, msg: object) -> None:
         """A quiet follower got a message from its leader without the flag: the group has work again,

@@ -43,6 +43,7 @@ class Rejoining:
         recover_owed: tuple[int, int] | None
 
         def _run(self, outcome: Outcome | None, now: int, out: Ready) -> None: ...
+        def _tell_leader_of_damage(self, now: int, out: Ready) -> None: ...
 
     def _check_recovered(self) -> None:
         floor = self.recover_floor
@@ -98,6 +99,7 @@ class Rejoining:
             self._run(Outcome(Event.CORRUPTION), now, out)
         else:
             self.handler.reset()  # not a role change: forget pushes that assumed the cut entries
+            self._tell_leader_of_damage(now, out)
 
     def _join(self, decision: str, now: int = 0) -> None:
         """A pristine node learned whether its group exists (joining.py)."""

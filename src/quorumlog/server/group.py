@@ -150,6 +150,7 @@ class Group:
         self.idle_tick_ms = max(1, min(cfg.raft.heartbeat_interval_ms, cfg.ha.ha_heartbeat_interval_ms))
         self._seen_end = self._seen_commit = -2  # what the quiet check last saw (tick)
         self._seen_roles = -1
+        self._seen_quiet = False
         self._active_until = 0
         self._next_idle_tick = 0
         self.role_changes = 0
@@ -191,16 +192,19 @@ class Group:
         if now is None:
             now = now_ms()
         s = self.store
+        quiet = self.node.quiesced
         if (s.end_index == self._seen_end and s.committed_index == self._seen_commit
-                and self.role_changes == self._seen_roles and not self.appends and not self.ends.waiters
-                and not self._transfers):
+                and self.role_changes == self._seen_roles and quiet == self._seen_quiet and not self.appends
+                and not self.ends.waiters and not self._transfers):
             if now >= self._active_until:
                 if now < self._next_idle_tick:
                     return
                 # A quiesced Raft core (raft/quiesce.py) has no timer running at all: once a second.
-                self._next_idle_tick = now + (QUIET_TICK_MS if self.node.quiesced else self.idle_tick_ms)
+                self._next_idle_tick = now + (QUIET_TICK_MS if quiet else self.idle_tick_ms)
         else:
+            # (a core woken out of quiet, by a read say, heartbeats from its next tick: not a second later)
             self._seen_end, self._seen_commit, self._seen_roles = s.end_index, s.committed_index, self.role_changes
+            self._seen_quiet = quiet
             self._active_until = now + IDLE_AFTER_MS
         try:
             self.apply(self.node.tick(now))

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("quorumlog.server")
 
 TICK_S = 0.01
+LIVENESS_MAX_LAG_S = 0.05  # a tick this late judges no peer's silence (see _ticker)
 HOUSEKEEPING_S = 1.0
 EXPIRE_EVERY_S = 10.0
 
@@ -49,14 +50,18 @@ class Housekeeping:
         while True:
             due = loop.time() + TICK_S
             await asyncio.sleep(TICK_S)
-            self.loop_lag.observe(max(0.0, loop.time() - due))
+            lag = max(0.0, loop.time() - due)
+            self.loop_lag.observe(lag)
             now = now_ms()
             for g in self.groups.values():
                 g.tick(now)
             live = self.liveness
             if live.ping_due(now):  # (once a heartbeat interval: the quiet groups' liveness)
                 self.links.ping()
-                live.wake_quiet(self.groups.values(), [*self.links.links, *self.links.inbound], now)
+                # A tick that woke late judges no peer: this node stalled, and the loop runs timers before it
+                # reads what its sockets hold (uvloop), so the peers' pings of the stall are still unread.
+                if lag < LIVENESS_MAX_LAG_S:
+                    live.wake_quiet(self.groups.values(), [*self.links.links, *self.links.inbound], now)
             if self.controller is not None:
                 try:
                     self.controller.tick()

@@ -9,11 +9,14 @@ which then runs its election timer again, or, on a leader, heartbeats again.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .group import Group
+
+log = logging.getLogger("quorumlog.server")
 
 
 class PeerLiveness:
@@ -42,6 +45,7 @@ class PeerLiveness:
         heard, started = self.heard, self.started
         silence = {p: now - heard.get(p, started) for p in peers}
         longest = max(silence.values(), default=0)
+        told: dict[str, int] = {}
         for g in groups:
             if not g.node.quiesced:
                 continue
@@ -51,3 +55,6 @@ class PeerLiveness:
             for p, silent in silence.items():
                 if silent >= timeout and g.node.quiesced:
                     g.peer_down(p, now)
+                    told[p] = told.get(p, 0) + 1
+        for p, n in told.items():
+            log.info("node %s silent for %d ms: %d quiet group(s) told", p, silence[p], n)
