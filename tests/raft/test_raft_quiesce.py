@@ -228,3 +228,20 @@ def test_a_quiet_follower_that_finds_damage_has_its_quiet_leader_repair_it() -> 
     s.run(3 * TIMEOUT)
     assert not n1.recovering and s.stores["n1"].end_index == s.stores["n1"].committed_index == 2
     assert [s.stores["n1"].get(i).body for i in (1, 2)] == [b"a", b"b"]
+
+
+def test_a_quiet_leader_restarted_in_recovery_frees_its_quiet_followers() -> None:
+    """Found by the simulator (seed 460785): a quiet leader crashed and came back within an election timeout
+    (no silence for peer_down) with a damaged log, so it could not campaign, and its quiet followers refused
+    everyone else's votes. A node that voted for itself in its term now says QUIET_END until it knows a leader."""
+    s = quiet_group()
+    term = s.nodes["n0"].term
+    s.stores["n0"].mark_damaged(2, "rot found at start")
+    s.restart("n0")
+    assert s.nodes["n0"].recovering
+    s.run(4 * TIMEOUT)
+    leader = s.leader()
+    assert leader in ("n1", "n2") and s.nodes[leader].term > term
+    assert sum(s.nodes[i].stats["quiet_ended_leader_stepped_down"] for i in ("n1", "n2")) >= 1
+    s.run(4 * TIMEOUT)
+    assert not s.nodes["n0"].recovering and s.stores["n0"].committed_index == s.stores[leader].committed_index

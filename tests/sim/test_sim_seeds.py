@@ -97,11 +97,17 @@ def test_sim_a_seed_replays_exactly() -> None:
 # recovered: a learner named by its log now campaigns (an election timeout after the voters may), counts
 # only the voters' votes, commits and hands over; 59935, a node whose log rotted took a heartbeat sent before
 # its last acknowledgement reached the leader as its recovery target, so it recovered short of a committed
-# entry that its own acknowledgement had made so.
+# entry that its own acknowledgement had made so. Quiet groups (raft/quiesce.py): 239 (300 steps), a leader
+# elected on a full disk never wrote its NOOP; 501 and 30003 (300 steps), a quiet leader stepped down on rot
+# and its quiet followers refused every vote; 460197, a follower in recovery told its leader (quiet refused),
+# which compared it at its watermark of -1 and sent RESETs the follower refused, for ever; 460785, a quiet
+# leader restarted within an election timeout with a damaged log, and its quiet followers waited on it.
 CLASSIC = tuple(f for f in ALL_FAULTS if f != "members")
 REGRESSIONS = [(6073, SimConfig(steps=2000, faults=CLASSIC)), (410458, SimConfig(steps=5000, faults=CLASSIC)),
                (430619, SimConfig(steps=5000, faults=CLASSIC)), (42, SimConfig(steps=1000)),
-               (270, SimConfig(steps=1000, nodes=5)), (20996, SimConfig(steps=1000)), (59935, SimConfig(steps=1000))]
+               (270, SimConfig(steps=1000, nodes=5)), (20996, SimConfig(steps=1000)), (59935, SimConfig(steps=1000)),
+               (239, SHORT), (501, SHORT), (30003, SHORT), (460197, SimConfig(steps=1000)),
+               (460785, SimConfig(steps=1000))]
 
 
 @pytest.mark.parametrize(("seed", "cfg"), REGRESSIONS)

@@ -127,6 +127,11 @@ class RaftNode(Reconfiguration, Rejoining, Transitions, Quiescence):
         self.recover_leader_end: int | None = None
         self.recover_leader_term = -1
         self.recover_owed: tuple[int, int] | None = None  # (term, index) a target of that term must reach
+        # This node may have led its group, quiet, before it restarted (a restart quicker than an election
+        # timeout leaves no silence for peer_down to see): if it voted for itself in its term, then until it
+        # knows a leader it says it leads no more.
+        if config.quiesce and self.member.voted_for == node_id:
+            self._ended_quiet_term = self.member.term
 
     # -- state ---------------------------------------------------------------------------------
     @property

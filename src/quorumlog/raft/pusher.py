@@ -272,12 +272,14 @@ class Leader:
         """A follower could not go quiet (raft/quiesce.py): its log or commit index is not ours, though its
         watermark says it holds every entry; typically it lost its leader for a moment, and with it the proof
         that its entries are ours, so heartbeats alone no longer advance its commit index. Compare again
-        at the watermark: the answer proves the entries and carries the commit index."""
+        at its end: the answer proves the entries and carries the commit index."""
         d = self.dispatchers.get(peer)
-        if d is None or self._check_shorter(d, end_index, now, out):
+        if d is None or not d.progress.is_appending:  # (a compare or reset under way repairs it already)
+            return
+        if self._check_shorter(d, end_index, now, out):
             return
         self.stats["quiet_refused_compare"] += 1
-        d.progress.become_compare(min(d.progress.match, self.store.end_index))
+        d.progress.become_compare(min(end_index, self.store.end_index))  # at its end, as any probe
         self.dispatch(d, now, out)
 
     def _check_shorter(self, d: Dispatcher, end_index: int, now: int, out: Ready) -> bool:

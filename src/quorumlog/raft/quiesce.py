@@ -31,12 +31,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..config import RaftConfig
 from ..core.ready import Ready
 from ..core.role import Role
 from ..errors import ResponseCode
-from ..store.base import LogStore
 from .messages import HeartbeatRequest, HeartbeatResponse, VoteRequest
+from .parts import NodeParts
 
 INCONSISTENT_STATE = int(ResponseCode.INCONSISTENT_STATE)
 
@@ -44,37 +43,23 @@ QUIET_START = 1  # HeartbeatRequest.quiet: the group goes quiet
 QUIET_END = 2  # its leader stopped leading
 
 if TYPE_CHECKING:
-    from collections import Counter
-
-    from .elector import Elector
     from .joining import Joiner
-    from .member import MemberState
-    from .pusher import Leader
     from .reads import ReadIndex
 
 
-class Quiescence:
+class Quiescence(NodeParts):
     """RaftNode's quiet-group rules (mixed into the node; the flag itself is the elector's)."""
 
     if TYPE_CHECKING:
-        member: MemberState
-        store: LogStore
-        config: RaftConfig
-        stats: Counter[str]
-        elector: Elector
-        leader: Leader | None
         reads: ReadIndex
         joiner: Joiner | None
         recover_floor: int | None
         pending_change: object | None
 
-        def _begin(self, now: int | None = None) -> tuple[Ready, tuple[Role, int, str | None]]: ...
-        def _finish(self, out: Ready, before: tuple[Role, int, str | None]) -> Ready: ...
-
     _quiet_key: tuple[int, int, int] = (-2, -2, -1)
     _quiet_since = 0
     _quiet_round = 0  # a quiet follower: the round of the flagged heartbeat
-    _ended_quiet_term = -1  # a former quiet leader: the term it led, while no new leader is known
+    _ended_quiet_term = -1  # a former (or restarted) leader: the term it led, while no new leader is known
     _next_quiet_end = 0
 
     @property

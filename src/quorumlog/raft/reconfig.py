@@ -17,40 +17,28 @@ A mixin of RaftNode (node.py): it reads the node's member state, store, leader a
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..config import RaftConfig
 from ..core.appends import RequestId
 from ..core.ready import CONFIG, Completion, Ready
 from ..core.role import Role
 from ..entry import MAGIC_CONFIG
 from ..errors import DiskFullError, ResponseCode
-from ..store.base import LogStore
-from .member import MemberState, checked_identity, group_id_conflict, members_digest
+from .member import checked_identity, group_id_conflict, members_digest
 from .membership import Membership, MembershipError, carried_group_id, single_server_step
 from .messages import TimeoutNow
+from .parts import NodeParts
 from .roles import Event, Outcome
-
-if TYPE_CHECKING:
-    from .elector import Elector
-    from .pusher import Leader
 
 SUCCESS = int(ResponseCode.SUCCESS)
 
 
-class Reconfiguration:
+class Reconfiguration(NodeParts):
     """RaftNode's membership changes (see the module docstring)."""
 
     if TYPE_CHECKING:
         node_id: str
-        member: MemberState
-        store: LogStore
-        config: RaftConfig
-        stats: Counter[str]
-        elector: Elector
-        leader: Leader | None
         _config_key: tuple[int, int] | None
         pending_change: tuple[int, RequestId | None] | None
         _now: int
@@ -58,11 +46,8 @@ class Reconfiguration:
         group_id: str | None
         foreign_group_id: str | None
 
-        def _begin(self, now: int | None = None) -> tuple[Ready, tuple[Role, int, str | None]]: ...
-        def _finish(self, out: Ready, before: tuple[Role, int, str | None]) -> Ready: ...
         def _request_id(self, request_id: RequestId | None) -> RequestId: ...
         def peer_match(self, peer: str) -> int: ...
-        def _run(self, outcome: Outcome | None, now: int, out: Ready) -> None: ...
         def _wake(self, now: int, out: Ready) -> None: ...
 
     def change_members(self, change: Callable[[Membership], Membership], now_ms: int,

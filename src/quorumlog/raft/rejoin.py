@@ -5,35 +5,21 @@ whether its group exists (joining.py), and the group id that follows from it (re
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import TYPE_CHECKING
 
-from ..config import RaftConfig
 from ..core.ready import Ready
 from ..core.role import Role
 from ..errors import CorruptEntryError
-from ..store.base import LogStore
 from .joining import JOIN, Joiner, opens_first_election
-from .member import ABSTAINED, MemberState, members_digest
+from .member import ABSTAINED, members_digest
+from .parts import NodeParts
 from .roles import Event, Outcome
 
-if TYPE_CHECKING:
-    from ..core.producers import ProducerTable
-    from .elector import Elector
-    from .handler import EntryHandler
 
-
-class Rejoining:
+class Rejoining(NodeParts):
     """RaftNode's recovery and joining (see the module docstring)."""
 
     if TYPE_CHECKING:
-        member: MemberState
-        store: LogStore
-        config: RaftConfig
-        stats: Counter[str]
-        elector: Elector
-        handler: EntryHandler
-        producers: ProducerTable
         joiner: Joiner | None
         joins: bool
         group_id: str | None
@@ -42,7 +28,6 @@ class Rejoining:
         recover_leader_term: int
         recover_owed: tuple[int, int] | None
 
-        def _run(self, outcome: Outcome | None, now: int, out: Ready) -> None: ...
         def _tell_leader_of_damage(self, now: int, out: Ready) -> None: ...
 
     def _check_recovered(self) -> None:

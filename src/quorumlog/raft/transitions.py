@@ -3,40 +3,23 @@ goes through the transition table of roles.py; the elector reports outcomes, and
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import TYPE_CHECKING
 
-from ..config import RaftConfig
 from ..core.ready import Ready
 from ..core.role import Role
 from ..entry import MAGIC_NOOP
 from ..errors import DiskFullError, ResponseCode
-from ..store.base import LogStore
-from .member import MemberState
+from .parts import NodeParts
 from .pusher import Leader
 from .roles import Event, Outcome, next_role
-
-if TYPE_CHECKING:
-    from ..core.producers import ProducerTable
-    from .elector import Elector
-    from .handler import EntryHandler
 
 SUCCESS = int(ResponseCode.SUCCESS)
 
 
-class Transitions:
+class Transitions(NodeParts):
     """RaftNode's role transitions (see the module docstring)."""
 
     if TYPE_CHECKING:
-        member: MemberState
-        store: LogStore
-        config: RaftConfig
-        stats: Counter[str]
-        elector: Elector
-        handler: EntryHandler
-        producers: ProducerTable
-        leader: Leader | None
-
         def _abandon_change(self, leader: str | None, out: Ready) -> None: ...
 
     def _run(self, outcome: Outcome | None, now: int, out: Ready) -> None:
