@@ -16,6 +16,7 @@ IN_PROCESS = {"test_controller_state.py", "test_group_vote.py", "test_group_idle
 # Files at the top that start processes (benchmark scripts, deployment examples, a node with secrets).
 PROCESSES = {"test_benchmarks_smoke.py", "test_deploy_examples.py", "test_single_bench.py", "test_secrets_at_rest.py"}
 ROOT_FIXTURES = {"netns_cluster", "network"}
+HEAVY = {"test_server_chaos.py", "test_benchmarks_smoke.py"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -31,9 +32,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.root)
         if path.name == "test_fuzz.py":
             item.add_marker(pytest.mark.fuzz)
-        # `make test` runs two workers (pytest-xdist, --dist loadgroup): the Spark tests share one JVM
-        # session per worker, so they keep to one worker; so do the namespace tests, which pick free subnets.
-        if top == "spark":
-            item.add_marker(pytest.mark.xdist_group("spark"))
+        # `make test` runs two workers (pytest-xdist, --dist loadgroup). The heaviest keep to one worker, one
+        # after another: the Spark tests (one JVM session per worker), the chaos runs and the benchmarks'
+        # smoke runs, which each load both cores. So do the namespace tests, which pick free subnets.
+        if top == "spark" or path.name in HEAVY:
+            item.add_marker(pytest.mark.xdist_group("heavy"))
         elif ROOT_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group("netns"))

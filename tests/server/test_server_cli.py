@@ -152,7 +152,9 @@ def test_reads_wait_for_a_starting_cluster_as_appends_do(cluster_factory: Any) -
         cluster.start()
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0 and out == "", err
-        assert err.startswith("quorumlog: nothing is committed at index 0 of group g0 yet"), err  # a new group
+        # A new group: its first entry (the leader's NOOP) is not committed yet, or it is already when the read
+        # lands (a loaded machine slows the read's connect retries more than the election): nothing either way.
+        assert err == "" or err.startswith("quorumlog: nothing is committed at index 0 of group g0 yet"), err
     finally:
         kill_leftovers(proc, "no other process")
 
