@@ -283,8 +283,15 @@ def test_small_flushes_run_on_the_loop_and_large_ones_in_the_worker(cluster_fact
             if loop1 - loop0 >= 15:  # the odd one may meet a checkpoint
                 break
         assert loop1 - loop0 >= 15, rounds
+        leader_node = next(n for n in cluster.nodes if n.node_id == leader)
+
+        def durable() -> bool:  # (a majority of followers may answer before the leader's own flush)
+            g = c.node_status(leader_node.address)["groups"]["g0"]
+            return bool(g["durable_index"] == g["end_index"])
+
         for _ in range(3):
             c.append_many([bytes(1024)] * 2048)  # 2 MiB: past the bound
+            wait_until(durable, 10, "the leader's flush of the batch")  # so the next batch needs its own
         total2, loop2 = counts()
         assert total2 - total1 >= 3 and loop2 == loop1, (total1, loop1, total2, loop2)
         assert next(iter(c.read(0, 10))).body == b"first"
