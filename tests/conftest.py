@@ -32,8 +32,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.root)
         if path.name == "test_fuzz.py":
             item.add_marker(pytest.mark.fuzz)
-        # `make test` runs two workers (pytest-xdist, --dist loadgroup). The heaviest keep to one worker, one
-        # after another: the Spark tests (one JVM session per worker), the chaos runs and the benchmarks'
+        # `make test-parallel` runs two workers (pytest-xdist, --dist loadgroup). The heaviest keep to one worker,
+        # one after another: the Spark tests (one JVM session per worker), the chaos runs and the benchmarks'
         # smoke runs, which each load both cores. So do the namespace tests, which pick free subnets.
         if top == "spark" or path.name in HEAVY:
             item.add_marker(pytest.mark.xdist_group("heavy"))
