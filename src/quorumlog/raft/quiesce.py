@@ -4,8 +4,10 @@ A node hosting hundreds of idle groups spent its CPU on their heartbeats: each g
 every follower every interval, and each is answered, though nothing changes. So a leader whose group has
 been quiet for an election timeout (nothing appended or committed, no read, transfer or membership change
 waiting), with every member holding its whole log and heard from within two heartbeat intervals, sends one
-last heartbeat flagged `quiesce` and stops: no heartbeats, no check-quorum. A follower that receives it in
-its leader's term, holding exactly the leader's log and commit index, stops its election timer.
+last heartbeat flagged (`quiet` = QUIET_START) and stops: no heartbeats, no check-quorum, nothing sent at
+its ticks. A follower that receives it in its leader's term, holding exactly the leader's log and commit
+index, stops its election timer; one that does not answers INCONSISTENT_STATE, and the leader wakes and
+compares its log at its end.
 
 Liveness moves to the nodes: each node pings every peer node once a heartbeat interval (NODE_PING, one
 message per pair of nodes, however many groups), and the driver tells the core when a peer node has been
@@ -15,8 +17,11 @@ election timer again, with only the back-off left of it; a quiet leader wakes wh
 
 Anything else ends the quiet at once: on a leader, any input but a tick or a follower's plain heartbeat
 ack (a proposal, a read, a transfer, a membership change, a vote request from a member that restarted
-and never heard the flag, any push answer); on a follower, any message from its leader without the flag,
-and any change of role, term or leader. Safety does not depend on any of this: a quiet follower refuses
+and never heard the flag, any push answer); on a follower, any message from its leader without the flag
+(but a heartbeat older than the flag), a vote request from its leader, QUIET_END, damage it finds in its own
+log (it tells its leader at once), and any change of role, term or leader. A leader that steps down sends
+QUIET_END, and so does a node restarted after voting for itself, each election timeout until it knows a
+leader: its node never fell silent. Safety does not depend on any of this: a quiet follower refuses
 votes as one in a leader's lease does, which Raft permits at any time; what quiescence risks is only
 liveness, and the simulator (sim/cluster.py: node pings through the simulated network, partitions and
 pauses included) checks that every fault still ends with a leader that commits.
