@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from quorumlog.config import GroupConfig, RaftConfig, StoreConfig
-from quorumlog.server import group as group_module
+from quorumlog.server import cadence
 from quorumlog.server.group import Group
 
 PEERS = {"n0": "127.0.0.1:1", "n1": "127.0.0.1:2", "n2": "127.0.0.1:3"}
@@ -28,7 +28,7 @@ async def _ticks(tmp_path: Path) -> dict[str, Any]:
 
     g.node.tick = counting  # type: ignore[method-assign]
     try:
-        busy = group_module.IDLE_AFTER_MS
+        busy = cadence.IDLE_AFTER_MS
         for now in range(0, busy, 10):  # a new group: its first second, every tick
             g.tick(now)
         first = len(core_ticks)

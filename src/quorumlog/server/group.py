@@ -42,6 +42,7 @@ from ..net.schemas import APPEND_BATCH_RESPONSE, APPEND_RESPONSE, LEADERSHIP_TRA
 from ..raft.messages import PushRequest
 from ..raft.node import RaftNode
 from ..store.file_store import store_dir
+from .cadence import TickCadence
 from .codec import PeerMessage
 from .ends import Ends
 from .events import ELECTION, RECOVERY, TRANSFER, Events
@@ -58,11 +59,6 @@ SUCCESS = int(ResponseCode.SUCCESS)
 # One proposal gathers the appends of one loop iteration, up to these bounds (the rest wait one more turn).
 MAX_PROPOSAL_ENTRIES = 16384
 MAX_PROPOSAL_BYTES = 8 << 20
-# A group whose log, commit and roles have not moved for IDLE_AFTER_MS, with nothing waiting, is ticked
-# once a heartbeat interval rather than every node tick (Group.tick): a leader's next heartbeat is due a
-# heartbeat interval after the tick that sent the last; a follower's election timeout is several of them.
-IDLE_AFTER_MS = 1000
-QUIET_TICK_MS = 1000
 # How soon a term or vote that found no file descriptor free is written again.
 STABLE_RETRY_S = 0.1
 # The same unexpected core error is logged with its traceback at most this often (it may recur every tick).
@@ -147,12 +143,7 @@ class Group:
         self._last_commit = self.store.committed_index
         # Quiet groups are ticked less often (tick): once a heartbeat interval, the shorter of Raft's and
         # primary/backup's (a backup reports once an ha heartbeat interval, a primary beats as often).
-        self.idle_tick_ms = max(1, min(cfg.raft.heartbeat_interval_ms, cfg.ha.ha_heartbeat_interval_ms))
-        self._seen_end = self._seen_commit = -2  # what the quiet check last saw (tick)
-        self._seen_roles = -1
-        self._seen_quiet = False
-        self._active_until = 0
-        self._next_idle_tick = 0
+        self.cadence = TickCadence(max(1, min(cfg.raft.heartbeat_interval_ms, cfg.ha.ha_heartbeat_interval_ms)))
         self.role_changes = 0
         self._last_leader: str | None = None
         self._was_recovering = self.recovering
@@ -185,27 +176,15 @@ class Group:
             self._propose()
 
     def tick(self, now: int | None = None) -> None:
-        """The node's 10 ms tick; a quiet group's (IDLE_AFTER_MS) once a heartbeat interval: its timers are
-        all longer, and idle groups' ticks were half a node's idle CPU. Anything moving ends it at once."""
+        """The node's 10 ms tick; an idle group's less often (cadence.py)."""
         if self._closed:
             return
         if now is None:
             now = now_ms()
         s = self.store
-        quiet = self.node.quiesced
-        if (s.end_index == self._seen_end and s.committed_index == self._seen_commit
-                and self.role_changes == self._seen_roles and quiet == self._seen_quiet and not self.appends
-                and not self.ends.waiters and not self._transfers):
-            if now >= self._active_until:
-                if now < self._next_idle_tick:
-                    return
-                # A quiesced Raft core (raft/quiesce.py) has no timer running at all: once a second.
-                self._next_idle_tick = now + (QUIET_TICK_MS if quiet else self.idle_tick_ms)
-        else:
-            # (a core woken out of quiet, by a read say, heartbeats from its next tick: not a second later)
-            self._seen_end, self._seen_commit, self._seen_roles = s.end_index, s.committed_index, self.role_changes
-            self._seen_quiet = quiet
-            self._active_until = now + IDLE_AFTER_MS
+        if not self.cadence.due(now, (s.end_index, s.committed_index, self.role_changes, self.node.quiesced),
+                                bool(self.appends or self.ends.waiters or self._transfers)):
+            return
         try:
             self.apply(self.node.tick(now))
         except Exception as e:
@@ -221,7 +200,7 @@ class Group:
             self.apply(self.node.peer_down(peer, now))
         except Exception as e:
             self.core_error("peer_down", e)
-        self._active_until = now + IDLE_AFTER_MS  # (a follower that woke campaigns within its back-off)
+        self.cadence.stir(now)
 
     @property
     def recovering(self) -> bool:

@@ -22,7 +22,6 @@ from typing import Any
 from ..config import PERMISSIONS, NodeConfig, is_loopback
 from ..core.replica import PRIMARY_BACKUP
 from ..errors import CorruptEntryError, QuorumLogError, ResponseCode
-from ..ha.controller_core import ControllerProposal
 from ..net.bodies import unpack
 from ..net.connection import Connection, HandlerResult
 from ..net.errors import ProtocolError
@@ -51,13 +50,14 @@ from ..net.schemas import (
 )
 from ..net.server import Server, serve
 from ..raft.member import members_digest
-from .codec import HA_MESSAGES, PEER_OPS, PeerMessage, decode_message
+from .codec import PEER_OPS, PeerMessage
 from .events import NODE, REFUSAL, TRANSFER, CounterWatch, Events
 from .flush import LoopTurn
 from .group import Group, now_ms
 from .housekeeping import Housekeeping
 from .liveness import PeerLiveness
 from .metrics import Histogram
+from .peer_intake import PeerIntake
 from .peers import HelloGroups, PeerLinks, bind_listener, split_address
 from .reads import IndexBelowBeginError, get_committed, read_committed
 from .tail import Tails
@@ -87,7 +87,7 @@ class StartupError(QuorumLogError):
     """The node cannot start (port taken, data dir unusable); the message is one line for the operator."""
 
 
-class NodeServer(Housekeeping):
+class NodeServer(Housekeeping, PeerIntake):
     """Everything one `quorumlog serve` process runs."""
 
     def __init__(self, cfg: NodeConfig) -> None:
@@ -395,9 +395,7 @@ class NodeServer(Housekeeping):
             if op in PEER_OPS:
                 self._peer_frame(conn, f)
                 return None
-            # (raft/quiesce.py; only a node's HELLO makes a peer of a connection, a client's is refused)
-            if op == Op.NODE_PING and conn.peer_id is not None and not is_client_id(conn.peer_id):
-                self.liveness.heard_from(conn.peer_id, now_ms())
+            if op == Op.NODE_PING and self._node_ping(conn):
                 return None
             raise ProtocolError(f"unexpected one-way {op_name(op)} frame")
         if f.kind != REQUEST:
@@ -550,32 +548,6 @@ class NodeServer(Housekeeping):
         self.events.record(TRANSFER, f"{self.node_id} promoted to primary of epoch {epoch}", g.name)
         log.warning("group %s: %s promoted to primary of epoch %d", g.name, self.node_id, epoch)
         return PROMOTE_RESPONSE.ok(self.node_id, epoch)
-
-    def _peer_frame(self, conn: Connection, f: Frame) -> None:
-        msg = decode_message(f)
-        if conn.peer_id is not None:
-            self.liveness.heard_from(conn.peer_id, now_ms())
-        g = self.groups.get(msg.group)
-        if g is None:
-            g_stats_unknown = f"peer {conn.peer_id} sent a message for group {msg.group!r}, not hosted here"
-            log.debug(g_stats_unknown)
-            return
-        if conn.peer_id != msg.sender or not g.members.takes(msg.sender) or msg.sender == self.node_id:
-            reason = f"{conn.peer_id!r} is not a member of group {g.name} (message from {msg.sender!r})"
-            log.warning("closing connection %r: %s", conn, reason)
-            conn.close(reason, goodbye=ResponseCode.UNKNOWN_MEMBER)
-            return
-        if type(msg) is ControllerProposal:  # from a member of the controller group: its leader appends it
-            if self.controller is not None and msg.target == self.node_id:
-                self.controller.on_proposal(g, msg)
-            return
-        if isinstance(msg, HA_MESSAGES) != g.cfg.ha.primary_backup:
-            kind = "primary/backup" if g.cfg.ha.primary_backup else "Raft"
-            conn.close(f"{type(msg).__name__} for {kind} group {g.name}: the peers' group settings differ",
-                       goodbye=ResponseCode.UNEXPECTED_MEMBER)
-            return
-        g.inbox.append(msg)
-        self._kick(g)
 
     # -- status ------------------------------------------------------------------------------------
     def status(self, names: Sequence[str] | None = None) -> dict[str, Any]:

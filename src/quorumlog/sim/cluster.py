@@ -35,6 +35,7 @@ from .liveness import check_liveness
 from .members import draw_change, spare_ids
 from .network import Network, Ping
 from .nodes import FillableStore, SimNode, start_persist
+from .quiet import QuietGroups
 from .timeline import format_trace, full_window, window_phase
 
 GROUP = "g0"
@@ -76,7 +77,7 @@ class SimConfig:
     raft: RaftConfig = SIM_RAFT
 
 
-class Cluster(FaultInjection):
+class Cluster(FaultInjection, QuietGroups):
     def __init__(self, seed: int, cfg: SimConfig) -> None:
         if cfg.nodes == 1 and not set(cfg.faults) <= set(SINGLE_NODE_FAULTS):
             raise ValueError(f"a single node takes only the faults {', '.join(SINGLE_NODE_FAULTS)}")
@@ -356,16 +357,6 @@ class Cluster(FaultInjection):
         if phase != "faults":
             check_liveness(self, step)
 
-    def _idle(self, phase: str) -> bool:
-        if self.time < self.idle_until:
-            return True
-        if "idle" in self.faults and phase == "faults" and self.idle_rng.random() < 0.005:
-            self.idle_until = self.time + self.idle_rng.randint(30, 80) * self.cfg.step_ms
-            self.stats["idle_spans"] += 1
-            self._trace("sim", f"IDLE: clients pause until {self.idle_until}")
-            return True
-        return False
-
     def _heal(self) -> None:
         self.heal_started = self.time
         self.heal_commits = {i: s.store.committed_index for i, s in self.sims.items()}
@@ -431,27 +422,6 @@ class Cluster(FaultInjection):
             if sim.node is not None and sim.paused_until is None:
                 self._apply(sim, sim.node.tick(sim.now(self.time)))
                 self._liveness(sim)
-
-    def _liveness(self, sim: SimNode) -> None:
-        """What the server does for quiet groups (raft/quiesce.py): ping every other node once a heartbeat
-        interval, and tell a quiet core of each peer node silent for an election timeout."""
-        raft = self.raft
-        if self.time >= sim.next_ping:
-            sim.next_ping = self.time + raft.heartbeat_interval_ms
-            for p in self.ids:
-                if p != sim.id:
-                    self.net.send(Ping(sim.id, p), self.time)  # type: ignore[arg-type]
-        node = sim.node
-        if node is None or not node.quiesced:
-            return
-        now = sim.now(self.time)
-        for p in self.ids:
-            if p != sim.id and now - sim.heard.get(p, sim.started_at) >= raft.election_timeout_ms:
-                self._apply(sim, node.peer_down(p, now))
-                if not node.quiesced:
-                    self.stats["quiet_ended_node_silent"] += 1
-                    self._trace(sim.id, f"QUIET ENDED: node {p} silent")
-                    break
 
     def _clients(self) -> None:
         rng = self.rng
